@@ -1,0 +1,25 @@
+"""cutedsl-backend: CuTe DSL GEMM kernels for Hopper (sm90a) and Blackwell (sm100a).
+
+Public API (the CuTe DSL and torch are imported on first use, not here):
+  gemm, compile_gemm, GemmConfig, UnsupportedGemmError
+"""
+
+from __future__ import annotations
+
+from .configs import GemmConfig
+from .problem import UnsupportedGemmError
+
+__version__ = "0.1.0"
+__all__ = ["gemm", "compile_gemm", "GemmConfig", "UnsupportedGemmError", "__version__"]
+
+
+def __getattr__(name):
+    if name == "gemm":
+        from .ops import gemm
+
+        return gemm
+    if name == "compile_gemm":
+        from .compiler import compile_gemm
+
+        return compile_gemm
+    raise AttributeError(f"module 'cutedsl_backend' has no attribute {name!r}")

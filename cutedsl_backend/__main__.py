@@ -1,0 +1,93 @@
+"""python -m cutedsl_backend {validate,bench,sweep,compile,info}"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _shapes(spec: str):
+    from .validation.bench import DECODE_SHAPES, PREFILL_SHAPES
+
+    if spec == "prefill":
+        return PREFILL_SHAPES
+    if spec == "decode":
+        return DECODE_SHAPES
+    if spec == "all":
+        return PREFILL_SHAPES + DECODE_SHAPES
+    return [tuple(int(x) for x in s.split("x")) for s in spec.split(",")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cutedsl_backend")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bench", help="TFLOP/s vs torch.matmul on this GPU, same run")
+    b.add_argument("--shapes", default="all", help="prefill | decode | all | MxNxK,...")
+    b.add_argument("--dtypes", default="bfloat16,float16")
+    b.add_argument("--json", help="write rows here")
+    s = sub.add_parser("sweep", help="time every valid config per shape (tuning)")
+    s.add_argument("--shapes", default="all")
+    s.add_argument("--dtype", default="bfloat16")
+    s.add_argument("--json")
+    c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
+    c.add_argument("mnk")
+    c.add_argument("--dtype", default="bfloat16")
+    c.add_argument("--arch", default="sm90a")
+    sub.add_parser("info", help="versions, tools, GPU")
+    v = sub.add_parser("validate", help="the validation run: compile matrix + GPU cells + report")
+    v.add_argument("--tag", default="quick", choices=["quick", "standard", "full"])
+    v.add_argument("--arch", default="sm90a,sm100a")
+    v.add_argument("--out", default="reports")
+    v.add_argument("--require-gpu", action="store_true")
+    v.add_argument("--workers", type=int, default=0)
+    v.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "bench":
+        from .validation.bench import PREFILL_SHAPES, bench_shapes, geomean, host_overhead_us
+
+        host_overhead_us()
+        rows = bench_shapes(_shapes(args.shapes), dtypes=args.dtypes.split(","))
+        for dt in args.dtypes.split(","):
+            for mode in ("ratio", "graph_ratio"):
+                pre = [r[mode] for r in rows if r["dtype"] == dt and (r["m"], r["n"], r["k"]) in PREFILL_SHAPES]
+                if pre:
+                    print(f"{dt}: geomean {mode} vs cuBLAS over prefill shapes: {geomean(pre):.3f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    if args.cmd == "sweep":
+        from .validation.bench import sweep
+
+        res = sweep(_shapes(args.shapes), dtype=args.dtype)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"x".join(map(str, k)): v for k, v in res.items()}, f, indent=1)
+        return 0
+    if args.cmd == "compile":
+        from .compiler import compile_gemm
+
+        m, n, k = (int(x) for x in args.mnk.split("x"))
+        cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch)
+        print(json.dumps({"config": cg.config.name, "compile_seconds": round(cg.compile_seconds, 3),
+                          "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
+                          "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))
+        return 0
+    if args.cmd == "info":
+        from .validation.environment import environment
+
+        print(json.dumps(environment(), indent=1))
+        return 0
+    if args.cmd == "validate":
+        from .validation.runner import run_validation
+
+        return run_validation(tag=args.tag, archs=args.arch.split(","), out_root=args.out,
+                              require_gpu=args.require_gpu, workers=args.workers,
+                              compile_only=args.compile_only)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

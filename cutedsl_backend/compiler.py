@@ -1,0 +1,372 @@
+"""Compile kernels for a target arch without a GPU, cache them (memory + disk), read artifacts.
+
+``compile_gemm`` builds fake tensors with dynamic M, N, K, L and dynamic 16-byte-aligned strides,
+so one compiled kernel serves every shape and stride of its (arch, config, dtypes, layouts,
+epilogue) key. The disk cache holds the host+device object (``dump_to_object``) with the cubin
+and metadata beside it; a corrupt or unreadable entry is dropped and recompiled.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .configs import GemmConfig, check_config, default_config
+from .problem import GemmProblem, make_problem
+
+log = logging.getLogger("cutedsl_backend.compiler")
+
+_ARCH_FLAG = {"sm90a": "sm_90a", "sm100a": "sm_100a"}
+_MEMORY_CACHE: dict[str, "CompiledGemm"] = {}
+# (problem, requested config, epilogue) -> kernel: skips config ranking and key hashing per call
+_FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
+# cute.compile is not thread-safe: one compile at a time per process (use processes to scale).
+_COMPILE_LOCK = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """$CUTEDSL_BACKEND_CACHE_DIR, else ~/.cache/cutedsl_backend."""
+    d = os.environ.get("CUTEDSL_BACKEND_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "cutedsl_backend"
+
+
+@functools.lru_cache(None)
+def kernel_source_hash() -> str:
+    """Hash of everything that shapes generated code: kernels, configs, epilogue, this file."""
+    root = Path(__file__).parent
+    files = sorted((root / "kernels").glob("*.py")) + [root / "configs.py", root / "compiler.py"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(None)
+def dsl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-cutlass-dsl")
+    except PackageNotFoundError:  # pragma: no cover - source installs
+        import cutlass
+
+        return getattr(cutlass, "__version__", "unknown")
+
+
+@dataclass
+class Resources:
+    registers: int
+    local_bytes: int  # local memory per thread (spills and stack arrays)
+    stack_bytes: int
+    shared_bytes: int  # static shared memory (dynamic smem is sized at launch)
+
+    @property
+    def spills(self) -> bool:
+        return self.local_bytes > 0
+
+
+@dataclass
+class CompiledGemm:
+    """A compiled GEMM kernel and its artifacts.
+
+    ``compile_seconds`` is the time ``cute.compile`` took (0.0 cost is never reported for a
+    cache hit: a hit keeps the original compile time and sets ``cache_hit``).
+    """
+
+    problem: GemmProblem
+    config: GemmConfig
+    epilogue_key: tuple
+    key: str
+    compile_seconds: float
+    cubin: bytes
+    cache_hit: str = ""  # "", "memory" or "disk"
+    load_seconds: float = 0.0
+    _fn: Any = field(default=None, repr=False)
+    _sass: Optional[str] = field(default=None, repr=False)
+    _resources: Optional[Resources] = field(default=None, repr=False)
+
+    @property
+    def arch(self) -> str:
+        return self.problem.arch
+
+    def sass(self) -> str:
+        """SASS text of the cubin (cuobjdump or nvdisasm from PATH, CUDA_HOME or the pip wheels)."""
+        if self._sass is None:
+            self._sass = disassemble(self.cubin)
+        return self._sass
+
+    @property
+    def resources(self) -> Resources:
+        if self._resources is None:
+            self._resources = resource_usage(self.cubin)
+        return self._resources
+
+    def sass_counts(self, opcodes=("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "UTCHMMA", "UTCQMMA",
+                                   "LDL", "STL")) -> dict:
+        text = self.sass()
+        return {op: len(re.findall(r"\b" + op + r"\b", text)) for op in opcodes}
+
+    def __call__(self, *args):
+        if self._fn is None:
+            raise RuntimeError("this CompiledGemm has no callable (artifacts only)")
+        return self._fn(*args)
+
+
+# ---------------------------------------------------------------------------- tools
+
+def find_tool(name: str) -> Optional[str]:
+    """A CUDA binary tool: PATH, $CUDA_HOME/bin, then the nvidia-cuda-* pip wheels."""
+    p = shutil.which(name)
+    if p:
+        return p
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            c = Path(os.environ[env]) / "bin" / name
+            if c.exists():
+                return str(c)
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for c in Path(base).glob(f"cu*/bin/{name}"):
+                return str(c)
+    except ImportError:
+        pass
+    for c in (Path("/usr/local/cuda/bin") / name,):
+        if c.exists():
+            return str(c)
+    return None
+
+
+def _run_on_cubin(args: list, cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        out = subprocess.run(args + [str(f)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed: {out.stderr.strip()[:500]}")
+    return out.stdout
+
+
+def disassemble(cubin: bytes) -> str:
+    tool = find_tool("cuobjdump")
+    if tool:
+        return _run_on_cubin([tool, "--dump-sass"], cubin)
+    tool = find_tool("nvdisasm")
+    if tool:
+        return _run_on_cubin([tool, "-c"], cubin)
+    raise RuntimeError(
+        "no disassembler: install nvidia-cuda-cuobjdump (pip) or a CUDA toolkit"
+    )
+
+
+def resource_usage(cubin: bytes) -> Resources:
+    tool = find_tool("cuobjdump")
+    if not tool:
+        raise RuntimeError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    text = _run_on_cubin([tool, "--dump-resource-usage"], cubin)
+    best = None
+    # one "Function ...:" line per kernel followed by "REG:.. STACK:.. SHARED:.. LOCAL:.."
+    for m in re.finditer(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)", text):
+        r = Resources(int(m.group(1)), int(m.group(4)), int(m.group(2)), int(m.group(3)))
+        if best is None or r.registers > best.registers:
+            best = r
+    if best is None:
+        raise RuntimeError(f"could not parse cuobjdump resource usage:\n{text[:500]}")
+    return best
+
+
+# ---------------------------------------------------------------------------- compile
+
+def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> str:
+    parts = {
+        "src": kernel_source_hash(),
+        "dsl": dsl_version(),
+        "arch": problem.arch,
+        "cfg": cfg.key(),
+        "dtype": problem.dtype,
+        "out": problem.out_dtype,
+        "a_major": problem.a_major,
+        "b_major": problem.b_major,
+        "epi": epilogue_key,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _cutlass_dtype(name: str):
+    import cutlass
+
+    return {
+        "float16": cutlass.Float16,
+        "bfloat16": cutlass.BFloat16,
+        "float32": cutlass.Float32,
+        "float8_e4m3fn": cutlass.Float8E4M3FN,
+        "float8_e5m2": cutlass.Float8E5M2,
+    }[name]
+
+
+def _fake_operands(problem: GemmProblem):
+    """Fake (M,K,L), (N,K,L), (M,N,L) tensors: dynamic extents, dynamic 16B-aligned strides."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    in_t = _cutlass_dtype(problem.dtype)
+    out_t = _cutlass_dtype(problem.out_dtype)
+    in_align = 128 // in_t.width
+    out_align = 128 // out_t.width
+    m, n, k, l = (cute.sym_int32() for _ in range(4))
+
+    def strides(major_first: bool, align: int):
+        ld = cute.sym_int64(divisibility=align)
+        batch = cute.sym_int64(divisibility=align)
+        return (1, ld, batch) if major_first else (ld, 1, batch)
+
+    a = make_fake_tensor(in_t, (m, k, l), strides(problem.a_major == "m", in_align), assumed_align=16)
+    b = make_fake_tensor(in_t, (n, k, l), strides(problem.b_major == "n", in_align), assumed_align=16)
+    c = make_fake_tensor(out_t, (m, n, l), strides(False, out_align), assumed_align=16)
+    return a, b, c
+
+
+def _kernel_class(arch: str):
+    if arch == "sm90a":
+        from .kernels.sm90 import Sm90Gemm
+
+        return Sm90Gemm
+    raise NotImplementedError(arch)
+
+
+def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> CompiledGemm:
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.runtime import make_fake_stream
+
+    kernel = _kernel_class(problem.arch)(cfg, epilogue)
+    a, b, c = _fake_operands(problem)
+    with tempfile.TemporaryDirectory() as dump:
+        opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
+        with _COMPILE_LOCK:
+            t0 = time.perf_counter()
+            fn = cute.compile(kernel, a, b, c, cutlass.Int32(1), make_fake_stream(), options=opts)
+            seconds = time.perf_counter() - t0
+        cubin = fn.__cubin__
+        if cubin is None:
+            cubins = list(Path(dump).glob("*.cubin"))
+            cubin = cubins[0].read_bytes() if cubins else b""
+    if isinstance(cubin, str):
+        cubin = cubin.encode("latin-1")
+    return CompiledGemm(problem, cfg, epilogue.key(), key, seconds, bytes(cubin), _fn=fn)
+
+
+def _disk_paths(key: str) -> tuple[Path, Path, Path]:
+    d = cache_dir() / dsl_version() / key
+    return d / "kernel.o", d / "kernel.cubin", d / "meta.json"
+
+
+def _load_from_disk(problem, cfg, epilogue, key) -> Optional[CompiledGemm]:
+    obj, cub, meta = _disk_paths(key)
+    if not (obj.exists() and cub.exists() and meta.exists()):
+        return None
+    try:
+        import cutlass.cute as cute
+
+        t0 = time.perf_counter()
+        info = json.loads(meta.read_text())
+        if info.get("key") != key:
+            raise ValueError("key mismatch")
+        module = cute.runtime.load_module(str(obj))
+        fn = getattr(module, "gemm_" + key)
+        cubin = cub.read_bytes()
+        if not cubin:
+            raise ValueError("empty cubin")
+        return CompiledGemm(problem, cfg, epilogue.key(), key, float(info["compile_seconds"]), cubin,
+                            cache_hit="disk", load_seconds=time.perf_counter() - t0, _fn=fn)
+    except Exception as e:  # corrupt entry: drop it, recompile
+        log.warning("dropping unreadable cache entry %s (%s: %s)", obj.parent, type(e).__name__, e)
+        shutil.rmtree(obj.parent, ignore_errors=True)
+        return None
+
+
+def _store_to_disk(cg: CompiledGemm) -> None:
+    obj, cub, meta = _disk_paths(cg.key)
+    try:
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        data = cg._fn.dump_to_object("gemm_" + cg.key)
+        # write to temp names then rename, so a crash never leaves a half-written entry
+        for path, payload in ((obj, data), (cub, cg.cubin)):
+            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+            tmp.write_bytes(payload)
+            tmp.replace(path)
+        tmp = meta.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": cg.key, "compile_seconds": cg.compile_seconds,
+                                   "config": cg.config.name, "problem": cg.problem.describe()}))
+        tmp.replace(meta)
+    except Exception as e:
+        log.warning("could not write cache entry %s: %s", obj.parent, e)
+
+
+def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilogue=None,
+               *, use_disk_cache: bool = True) -> CompiledGemm:
+    """The compiled kernel for ``problem`` (shape-generic), from memory, disk or a fresh compile."""
+    from .kernels.epilogue import EpilogueSpec
+
+    epilogue = epilogue or EpilogueSpec()
+    fast_key = (problem, config, epilogue)
+    hit = _FAST_CACHE.get(fast_key)
+    if hit is not None:
+        return hit
+    cfg = config or default_config(problem)
+    check_config(cfg, problem)
+    cfg = cfg.resolved(problem)
+    key = _cache_key(problem, cfg, epilogue.key())
+    hit = _MEMORY_CACHE.get(key)
+    if hit is not None:
+        _FAST_CACHE[fast_key] = hit
+        return hit
+    cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
+    if cg is None:
+        cg = _compile_fresh(problem, cfg, epilogue, key)
+        if use_disk_cache:
+            _store_to_disk(cg)
+    _MEMORY_CACHE[key] = cg
+    _FAST_CACHE[fast_key] = cg
+    return cg
+
+
+def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: int = 1,
+                 a_major: str = "k", b_major: str = "n", out_dtype=None,
+                 config: Optional[GemmConfig] = None, use_cache: bool = True) -> CompiledGemm:
+    """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem.
+
+    - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
+      (default) or float32.
+    - ``a_major``: "k" (A row-major) or "m"; ``b_major``: "n" (B row-major) or "k".
+    - The packed extents must keep 16-byte aligned strides: K (a_major "k") or M (a_major "m"),
+      N (b_major "n") or K (b_major "k"), and N for the output, in multiples of 8 (16-bit).
+    - ``config``: a :class:`GemmConfig`, default: the heuristic's pick for this shape.
+
+    Returns a :class:`CompiledGemm` with ``compile_seconds``, ``cubin``, ``sass()`` and
+    ``resources``. Raises :class:`UnsupportedGemmError` naming the broken rule.
+    """
+    problem = make_problem(m, n, k, dtype=dtype, arch=arch, batch=batch, a_major=a_major,
+                           b_major=b_major, out_dtype=out_dtype)
+    if not use_cache:
+        from .kernels.epilogue import EpilogueSpec
+
+        cfg = config or default_config(problem)
+        check_config(cfg, problem)
+        cfg = cfg.resolved(problem)
+        return _compile_fresh(problem, cfg, EpilogueSpec(), _cache_key(problem, cfg, ("identity",)))
+    return get_kernel(problem, config)

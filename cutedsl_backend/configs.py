@@ -1,0 +1,277 @@
+"""GEMM kernel configurations: the per-architecture config space, validity rules and heuristics.
+
+Pure Python (no CuTe DSL import), so the rules can be unit-tested and used to prune Inductor
+candidates cheaply. The kernel classes read a :class:`GemmConfig`; nothing else decides tiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from .problem import ARCHS, GemmProblem, UnsupportedGemmError, dtype_bits
+
+# Shared memory per CTA that a kernel may use (bytes): the sm90/sm100 227 KiB opt-in limit.
+SMEM_CAPACITY = {"sm90a": 232448, "sm100a": 232448}
+# Bytes reserved in shared memory for pipeline barriers and alignment padding.
+SMEM_RESERVED = 1024
+# Output tiles staged in shared memory per epilogue warp group before their TMA store.
+EPI_STAGES = 4
+# Epilogue sub-tile width (columns of the CTA tile stored per step).
+EPI_TILE_N = 32
+# Accumulator registers a thread may hold before the kernel spills (fp32 accumulators).
+MAX_ACC_REGS_PER_THREAD = 128
+
+SCHEDULES = ("cooperative", "pingpong")
+RASTERS = ("n", "m")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One kernel configuration.
+
+    - ``tile_m`` x ``tile_n`` x ``tile_k``: the CTA tile. ``tile_k`` of 0 means "the natural K tile
+      for the dtype" (64 for 16-bit inputs, 128 for fp8).
+    - ``cluster_m`` x ``cluster_n``: thread-block cluster; A is multicast along N, B along M.
+    - ``schedule``: ``"cooperative"`` (two math warp groups share one tile) or ``"pingpong"``
+      (two math warp groups work on alternate tiles, one's epilogue overlapping the other's
+      mainloop).
+    - ``stages``: shared-memory pipeline depth; 0 means "as many as fit".
+    - ``raster``: ``"n"`` walks consecutive tiles along N inside a group of ``group`` tile rows,
+      ``"m"`` walks along M inside a group of ``group`` tile columns (L2 reuse).
+    - ``arch``: the target the config was written for (``sm90a`` or ``sm100a``).
+    - ``two_cta``: sm100a only, one MMA spread over a CTA pair (cta_group::2).
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 0
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+    stages: int = 0
+    raster: str = "n"
+    group: int = 8
+    arch: str = "sm90a"
+    two_cta: bool = False
+
+    @property
+    def name(self) -> str:
+        s = (
+            f"{self.arch}_{self.schedule}_{self.tile_m}x{self.tile_n}x{self.tile_k or 'auto'}"
+            f"_c{self.cluster_m}x{self.cluster_n}_s{self.stages or 'auto'}_r{self.raster}{self.group}"
+        )
+        return s + ("_2cta" if self.two_cta else "")
+
+    def key(self) -> tuple:
+        return dataclasses.astuple(self)
+
+    def replace(self, **kw) -> "GemmConfig":
+        return dataclasses.replace(self, **kw)
+
+    def resolved(self, problem: GemmProblem) -> "GemmConfig":
+        """The config with tile_k and stages filled in for ``problem``'s dtypes."""
+        tile_k = self.tile_k or natural_tile_k(problem.dtype)
+        cfg = dataclasses.replace(self, tile_k=tile_k)
+        if not cfg.stages:
+            cfg = dataclasses.replace(cfg, stages=max_stages(cfg, problem))
+        return cfg
+
+
+def natural_tile_k(dtype: str) -> int:
+    """128 bytes of K per smem row: the widest (128B) swizzle for the dtype."""
+    return 1024 // dtype_bits(dtype)
+
+
+def math_warp_groups(cfg: GemmConfig) -> int:
+    return 2 if cfg.arch == "sm90a" else 1
+
+
+def epilogue_groups(cfg: GemmConfig) -> int:
+    """Warp groups that each own a private set of epilogue buffers."""
+    return 2 if (cfg.arch == "sm90a" and cfg.schedule == "pingpong") else 1
+
+
+def epilogue_tile(cfg: GemmConfig) -> tuple[int, int]:
+    if cfg.arch == "sm90a" and cfg.schedule == "pingpong":
+        return (64, EPI_TILE_N)
+    return (min(128, cfg.tile_m), EPI_TILE_N)
+
+
+def smem_bytes_per_stage(cfg: GemmConfig, problem: GemmProblem) -> int:
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    return (cfg.tile_m + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
+
+
+def epilogue_smem_bytes(cfg: GemmConfig, problem: GemmProblem) -> int:
+    em, en = epilogue_tile(cfg)
+    return em * en * dtype_bits(problem.out_dtype) // 8 * EPI_STAGES * epilogue_groups(cfg)
+
+
+def max_stages(cfg: GemmConfig, problem: GemmProblem) -> int:
+    cap = SMEM_CAPACITY[cfg.arch] - SMEM_RESERVED - epilogue_smem_bytes(cfg, problem)
+    return max(0, min(8, cap // smem_bytes_per_stage(cfg, problem)))
+
+
+def acc_regs_per_thread(cfg: GemmConfig) -> int:
+    """fp32 accumulator registers per math thread on sm90 (sm100 keeps them in TMEM)."""
+    threads = 128 * (2 if cfg.schedule == "cooperative" else 1)
+    return cfg.tile_m * cfg.tile_n // threads
+
+
+def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
+    """Raise UnsupportedGemmError naming the first rule ``cfg`` breaks for ``problem``."""
+    if cfg.arch not in ARCHS:
+        raise UnsupportedGemmError(f"config arch {cfg.arch!r}: must be one of {ARCHS}")
+    if cfg.arch != problem.arch:
+        raise UnsupportedGemmError(
+            f"config arch {cfg.arch} does not match the problem's arch {problem.arch}"
+        )
+    if cfg.schedule not in SCHEDULES:
+        raise UnsupportedGemmError(f"schedule {cfg.schedule!r}: must be one of {SCHEDULES}")
+    if cfg.raster not in RASTERS:
+        raise UnsupportedGemmError(f"raster {cfg.raster!r}: must be one of {RASTERS}")
+    if not (1 <= cfg.group <= 64):
+        raise UnsupportedGemmError(f"group {cfg.group}: must be in 1..64")
+    if (cfg.cluster_m, cfg.cluster_n) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        raise UnsupportedGemmError(
+            f"cluster {cfg.cluster_m}x{cfg.cluster_n}: must be 1x1, 2x1, 1x2 or 2x2"
+        )
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    if tile_k != natural_tile_k(problem.dtype):
+        raise UnsupportedGemmError(
+            f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
+        )
+    if cfg.tile_n % EPI_TILE_N or not (EPI_TILE_N * 2 <= cfg.tile_n <= 256):
+        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in 64..256")
+    if cfg.arch == "sm90a":
+        if cfg.two_cta:
+            raise UnsupportedGemmError("two_cta is an sm100a option")
+        allowed_m = (128, 256) if cfg.schedule == "cooperative" else (64, 128)
+        if cfg.tile_m not in allowed_m:
+            raise UnsupportedGemmError(
+                f"tile_m {cfg.tile_m}: the {cfg.schedule} schedule takes tile_m in {allowed_m}"
+            )
+        if acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD:
+            raise UnsupportedGemmError(
+                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}) needs "
+                f"{acc_regs_per_thread(cfg)} accumulator registers per thread, over "
+                f"{MAX_ACC_REGS_PER_THREAD} (it would spill)"
+            )
+    else:
+        raise UnsupportedGemmError("sm100a kernels are not part of this build yet (issue: Blackwell family)")
+    stages = cfg.stages or max_stages(cfg, problem)
+    need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem)
+    need += SMEM_RESERVED
+    if stages < 2 or need > SMEM_CAPACITY[cfg.arch]:
+        raise UnsupportedGemmError(
+            f"shared memory: {stages} stages of {cfg.tile_m}x{cfg.tile_n}x{tile_k} need {need} bytes,"
+            f" over the {SMEM_CAPACITY[cfg.arch]} available (or fewer than 2 stages fit)"
+        )
+
+
+def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:
+    try:
+        check_config(cfg, problem)
+    except UnsupportedGemmError:
+        return False
+    return True
+
+
+def config_space(arch: str = "sm90a") -> list[GemmConfig]:
+    """Every config the tuner may consider for ``arch`` (before the per-problem validity check)."""
+    out: list[GemmConfig] = []
+    if arch == "sm90a":
+        for schedule, tms in (("cooperative", (128, 256)), ("pingpong", (64, 128))):
+            for tm in tms:
+                for tn in (64, 128, 192, 256):
+                    for cl in ((1, 1), (2, 1), (1, 2)):
+                        for raster in RASTERS:
+                            out.append(
+                                GemmConfig(
+                                    tile_m=tm, tile_n=tn, cluster_m=cl[0], cluster_n=cl[1],
+                                    schedule=schedule, raster=raster, arch=arch,
+                                )
+                            )
+    return out
+
+
+def valid_configs(problem: GemmProblem, space: Optional[Iterable[GemmConfig]] = None) -> list[GemmConfig]:
+    return [c for c in (space or config_space(problem.arch)) if is_valid(c, problem)]
+
+
+def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
+    return math.ceil(problem.m / cfg.tile_m) * math.ceil(problem.n / cfg.tile_n) * problem.batch
+
+
+def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
+    """Estimated relative time (lower is better) of ``cfg`` on ``problem``.
+
+    A roofline per wave: each wave of persistent tiles costs the larger of its math time and
+    its operand traffic; partial last waves and tile padding are paid in full. Larger tiles read
+    less operand data per flop, clusters cut L2->SM traffic by multicasting.
+    """
+    tiles = _tiles(problem, cfg)
+    waves = math.ceil(tiles / num_sms)
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    k_pad = math.ceil(problem.k / tile_k) * tile_k
+    math_per_tile = cfg.tile_m * cfg.tile_n * k_pad
+    mcast_a = cfg.cluster_n
+    mcast_b = cfg.cluster_m
+    bytes_per_tile = (cfg.tile_m / mcast_a + cfg.tile_n / mcast_b) * k_pad * dtype_bits(problem.dtype) / 8
+    # ~ bf16 dense rate per SM vs L2 bandwidth per SM: one byte per ~ 128 MACs balances them.
+    per_tile = max(math_per_tile, bytes_per_tile * 160)
+    # pingpong hides the epilogue; cooperative pays it, more so when K is short.
+    epi = cfg.tile_m * cfg.tile_n * (2 if cfg.schedule == "cooperative" else 0.5) * 16
+    # small tiles waste issue slots on the tensor cores
+    eff = 1.0 if cfg.tile_m * cfg.tile_n >= 128 * 128 else 1.12
+    return waves * (per_tile * eff + epi)
+
+
+@functools.lru_cache(maxsize=4096)
+def default_config(problem: GemmProblem, num_sms: int = 132) -> GemmConfig:
+    """The heuristic's pick for ``problem`` (see :func:`heuristic_score`); memoized."""
+    ranked = rank_configs(problem, num_sms=num_sms)
+    if not ranked:
+        raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
+    return ranked[0]
+
+
+def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None) -> list[GemmConfig]:
+    """Valid configs for ``problem`` sorted by the heuristic, best first (tuned overrides first)."""
+    cands = valid_configs(problem)
+    tuned = tuned_choice(problem)
+    cands.sort(key=lambda c: (c != tuned, heuristic_score(c, problem, num_sms), c.name))
+    return cands[:top_k] if top_k else cands
+
+
+def tuned_choice(problem: GemmProblem) -> Optional[GemmConfig]:
+    """Choices measured on the H200 (see docs/tuning.md) for the shape classes they cover."""
+    if problem.arch != "sm90a" or problem.dtype not in ("float16", "bfloat16"):
+        return None
+    for rule in _TUNED_SM90:
+        if rule["min_m"] <= problem.m <= rule["max_m"] and problem.n >= rule["min_n"]:
+            cfg = GemmConfig(**rule["config"])
+            return cfg if is_valid(cfg, problem) else None
+    return None
+
+
+# Filled from the device sweep (python -m cutedsl_backend tune); empty means "heuristic only".
+_TUNED_SM90: list[dict] = []
+
+
+def quick_configs(arch: str = "sm90a") -> list[GemmConfig]:
+    """The configs every CI run compiles: both schedules, clusters, small and large tiles."""
+    if arch == "sm90a":
+        return [
+            GemmConfig(128, 256, cluster_m=2, schedule="cooperative"),
+            GemmConfig(128, 128, cluster_n=2, schedule="cooperative", raster="m"),
+            GemmConfig(256, 128, schedule="cooperative"),
+            GemmConfig(128, 128, schedule="pingpong"),
+            GemmConfig(64, 256, cluster_m=2, schedule="pingpong"),
+            GemmConfig(64, 64, schedule="pingpong", raster="m", group=1),
+        ]
+    return []

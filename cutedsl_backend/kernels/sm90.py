@@ -1,0 +1,350 @@
+"""Hopper (sm90a) GEMM: TMA loads, WGMMA, warp specialization, persistent clusters.
+
+Warp groups of one CTA (384 threads):
+  - WG0, the producer: its first warp issues TMA loads of A and B k-blocks into a
+    ``stages``-deep shared-memory ring (multicast across the cluster), for every tile the
+    CTA owns, in order.
+  - WG1 and WG2, the math groups: WGMMA from shared memory into fp32 register accumulators,
+    then the epilogue (registers -> shared memory -> TMA store, clipped at the M/N edges).
+    * cooperative: both groups work on the same tile, each on half of its rows;
+    * pingpong: the groups take alternate tiles, so one group's epilogue overlaps the other's
+      mainloop; each skips the ring stages that belong to the other's tiles.
+
+Tails: TMA zero-fills out-of-bounds loads (K, M and N tails contribute zeros to the dot
+products) and clips out-of-bounds stores, so any M, N, K is exact; the host rules only demand
+16-byte aligned strides.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Int32
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
+    from cutlass.memory import SmemAllocator
+    from cutlass.tensor_utils import LayoutEnum
+except ImportError:  # pragma: no cover - depends on the installed DSL
+    from cutlass.utils import LayoutEnum, SmemAllocator
+
+from ..configs import EPI_STAGES, GemmConfig, epilogue_groups, epilogue_tile
+from . import epilogue as epi
+from .scheduler import TileGrid, cluster_tile_coord
+
+THREADS_PER_WG = 128
+PRODUCER_REGS = 40
+MATH_REGS = 232
+
+
+class Sm90Gemm:
+    """One compiled-kernel template: ``cfg`` (resolved: tile_k and stages set) fixes the tiling.
+
+    Call (under ``cute.compile``) with mA (M, K, L), mB (N, K, L), mC (M, N, L) and the number of
+    persistent clusters the GPU can hold.
+    """
+
+    def __init__(self, cfg: GemmConfig, epilogue: "epi.EpilogueSpec"):
+        assert cfg.tile_k and cfg.stages, "resolve the config first"
+        self.cfg = cfg
+        self.epilogue = epilogue
+        self.acc_dtype = cutlass.Float32
+        self.cooperative = cfg.schedule == "cooperative"
+        self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
+        self.ab_stage = cfg.stages
+        self.epi_stage = EPI_STAGES
+        self.epi_groups = epilogue_groups(cfg)
+        self.epi_tile = epilogue_tile(cfg)
+        self.num_math_wgs = 2
+        self.threads_per_cta = THREADS_PER_WG * (1 + self.num_math_wgs)
+        # threads that share one tile's epilogue
+        self.epi_threads = THREADS_PER_WG * (2 if self.cooperative else 1)
+        self.is_a_mcast = cfg.cluster_n > 1
+        self.is_b_mcast = cfg.cluster_m > 1
+
+    # ---------------------------------------------------------------- host side
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, max_clusters: Int32,
+                 stream: cuda.CUstream):
+        self.a_dtype = mA.element_type
+        self.b_dtype = mB.element_type
+        self.c_dtype = mC.element_type
+        self.a_layout = LayoutEnum.from_tensor(mA)
+        self.b_layout = LayoutEnum.from_tensor(mB)
+        self.c_layout = LayoutEnum.from_tensor(mC)
+
+        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.a_dtype, self.b_dtype,
+            self.a_layout.sm90_mma_major_mode(), self.b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (2, 1, 1) if self.cooperative else (1, 1, 1),
+            tiler_mn=(64, self.cfg.tile_n),
+        )
+        a_smem_staged = sm90_utils.make_smem_layout_a(
+            self.a_layout, self.tile_shape_mnk, self.a_dtype, self.ab_stage)
+        b_smem_staged = sm90_utils.make_smem_layout_b(
+            self.b_layout, self.tile_shape_mnk, self.b_dtype, self.ab_stage)
+        c_smem_staged = sm90_utils.make_smem_layout_epi(
+            self.c_dtype, self.c_layout, self.epi_tile, self.epi_stage * self.epi_groups)
+
+        tma_a, tma_tensor_a = self._make_tma_load(
+            mA, a_smem_staged, (self.cfg.tile_m, self.cfg.tile_k), self.cfg.cluster_n)
+        tma_b, tma_tensor_b = self._make_tma_load(
+            mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)
+        tma_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+            cute.slice_(c_smem_staged, (None, None, 0)), self.epi_tile)
+
+        tiles_m = cute.ceil_div(mC.shape[0], self.cfg.tile_m)
+        tiles_n = cute.ceil_div(mC.shape[1], self.cfg.tile_n)
+        grid = TileGrid(tiles_m, tiles_n, mC.shape[2], self.cfg.cluster_m, self.cfg.cluster_n,
+                        self.cfg.group, self.cfg.raster == "m")
+        persistent = cutlass.min(grid.total(), max_clusters)
+
+        @cute.struct
+        class SharedStorage:
+            ab_barriers: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)], 1024]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, self.tiled_mma,
+            a_smem_staged, b_smem_staged, c_smem_staged,
+            grid.clusters_m, grid.clusters_n, grid.total(),
+        ).launch(
+            grid=(self.cfg.cluster_m, self.cfg.cluster_n, persistent),
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    @staticmethod
+    def _make_tma_load(tensor, smem_staged, tile, mcast: int):
+        op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp() if mcast == 1
+              else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp())
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(
+            op, tensor, cute.slice_(smem_staged, (None, None, 0)), tile, num_multicast=mcast)
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor, tma_b: cute.CopyAtom,
+               mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_mnl: cute.Tensor,
+               tiled_mma: cute.TiledMma, a_smem_staged: cute.ComposedLayout,
+               b_smem_staged: cute.ComposedLayout, c_smem_staged: cute.ComposedLayout,
+               clusters_m: Int32, clusters_n: Int32, total_clusters: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
+        cta_m, cta_n, first_cluster = cute.arch.block_idx()
+        _, _, num_persistent = cute.arch.grid_dim()
+
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+
+        cta_layout_mnk = cute.make_layout((self.cfg.cluster_m, self.cfg.cluster_n, 1))
+        cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
+        a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=1)
+        b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord, mode=0)
+        a_mcast_mask = a_mcast_mask if self.is_a_mcast else 0
+        b_mcast_mask = b_mcast_mask if self.is_b_mcast else 0
+
+        a_smem = cute.slice_(a_smem_staged, (None, None, 0))
+        b_smem = cute.slice_(b_smem_staged, (None, None, 0))
+        tma_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)
+
+        smem = SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        # One arrive per consumer warp per CTA that multicasts into this one.
+        mcast_ctas = self.cfg.cluster_m + self.cfg.cluster_n - 1
+        consumer_warps = 4 * (2 if self.cooperative else 1)
+        ab_pipeline = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ab_barriers.data_ptr(),
+            num_stages=self.ab_stage,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, mcast_ctas * consumer_warps),
+            tx_count=tma_bytes,
+            cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
+
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+        sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
+
+        # (bM, bK, RestM, RestK, RestL) etc.
+        gA = cute.local_tile(mA_mkl, cute.slice_(self.tile_shape_mnk, (None, 0, None)), (None, None, None))
+        gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
+        gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None))
+        k_tiles = cute.size(gA, mode=[3])
+
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_a, cluster_coord[1], cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_b, cluster_coord[0], cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
+            cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+
+        pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+
+        group = self.cfg.group
+        raster_m = self.cfg.raster == "m"
+
+        if wg_idx == 0:
+            # ------------------------------------------------ producer warp group
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp_idx == 0:
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+                idx = first_cluster
+                while idx < total_clusters:
+                    cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+                    tile_m = cm * self.cfg.cluster_m + cta_m
+                    tile_n = cn * self.cfg.cluster_n + cta_n
+                    tAgA_t = tAgA[(None, tile_m, None, l)]
+                    tBgB_t = tBgB[(None, tile_n, None, l)]
+                    for k in cutlass.range(k_tiles, unroll=1):
+                        ab_pipeline.producer_acquire(state)
+                        bar = ab_pipeline.producer_get_barrier(state)
+                        cute.copy(tma_a, tAgA_t[(None, k)], tAsA[(None, state.index)],
+                                  tma_bar_ptr=bar, mcast_mask=a_mcast_mask)
+                        cute.copy(tma_b, tBgB_t[(None, k)], tBsB[(None, state.index)],
+                                  tma_bar_ptr=bar, mcast_mask=b_mcast_mask)
+                        ab_pipeline.producer_commit(state)
+                        state.advance()
+                    idx += num_persistent
+                ab_pipeline.producer_tail(state)
+        else:
+            # ------------------------------------------------ math warp groups
+            cute.arch.setmaxregister_increase(MATH_REGS)
+            math_wg = wg_idx - 1
+            # cooperative: both groups on every tile; pingpong: group g takes tiles g, g+2, ...
+            my_slot = 0 if self.cooperative else math_wg
+            tiles_stride = 1 if self.cooperative else 2
+            mma_thread = tidx - THREADS_PER_WG if self.cooperative else tidx - THREADS_PER_WG * wg_idx
+            thr_mma = tiled_mma.get_slice(mma_thread)
+            tCsA = thr_mma.partition_A(sA)
+            tCsB = thr_mma.partition_B(sB)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
+            acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+
+            # epilogue plumbing: this group's smem buffers, barrier and store warp
+            epi_sync = pipeline.NamedBarrier(barrier_id=1 + (0 if self.cooperative else math_wg),
+                                             num_threads=self.epi_threads)
+            epi_thread = mma_thread
+            is_store_warp = (warp_idx % 4 == 0) if not self.cooperative else (warp_idx == 4)
+            buf_base = 0 if self.cooperative else math_wg * self.epi_stage
+            store_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stage,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
+            )
+            tiled_copy_r2s = cute.make_tiled_copy_S(
+                sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype),
+                cute.make_tiled_copy_C_atom(
+                    cute.make_copy_atom(
+                        cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4),
+                        cutlass.Float16 if cutlass.const_expr(self.c_dtype.width == 32) else self.c_dtype),
+                    tiled_mma),
+            )
+            thr_r2s = tiled_copy_r2s.get_slice(epi_thread)
+            tRS_sC = thr_r2s.partition_D(sC)
+            tRS_acc = tiled_copy_r2s.retile(acc)
+            frag_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+            tRS_frag = cute.make_rmem_tensor(frag_shape, self.acc_dtype)
+            tRS_out = cute.make_rmem_tensor(frag_shape, self.c_dtype)
+            frag_size = cute.size(tRS_frag)
+
+            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            if cutlass.const_expr(not self.cooperative):
+                # the other group's first tile occupies the ring before ours
+                if math_wg == 1:
+                    if first_cluster < total_clusters:
+                        for _ in cutlass.range(k_tiles, unroll=1):
+                            read_state.advance()
+                            release_state.advance()
+            # pingpong turn-taking (named barriers 3 and 4, 256 threads): a group starts its
+            # mainloop only after the other finished waiting on its stages, so no group waits on
+            # a ring slot more than one phase ahead (mbarrier parity would alias).
+            my_turn = 3 + math_wg
+            other_turn = 4 - math_wg
+            if cutlass.const_expr(not self.cooperative):
+                if math_wg == 1:
+                    cute.arch.barrier_arrive(barrier_id=3, number_of_threads=2 * THREADS_PER_WG)
+            epi_count = Int32(0)
+            idx = first_cluster + my_slot * num_persistent
+            while idx < total_clusters:
+                cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+                tile_m = cm * self.cfg.cluster_m + cta_m
+                tile_n = cn * self.cfg.cluster_n + cta_n
+
+                # ---- mainloop: keep one WGMMA batch in flight, release a stage once it retires
+                if cutlass.const_expr(not self.cooperative):
+                    cute.arch.barrier(barrier_id=my_turn, number_of_threads=2 * THREADS_PER_WG)
+                acc.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                cute.nvgpu.warpgroup.fence()
+                for k in cutlass.range(k_tiles, unroll=1):
+                    ab_pipeline.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    if k > 0:
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                    read_state.advance()
+                if cutlass.const_expr(not self.cooperative):
+                    if idx + num_persistent < total_clusters:  # the other group has a next tile
+                        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
+                cute.nvgpu.warpgroup.wait_group(0)
+                if k_tiles > 0:
+                    ab_pipeline.consumer_release(release_state)
+                    release_state.advance()
+
+                # ---- epilogue: registers -> smem -> TMA store, one epi sub-tile at a time
+                gC_tile = cute.zipped_divide(gC[(None, None, tile_m, tile_n, l)], self.epi_tile)
+                bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
+                    tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile)
+                epi_tiles = cute.size(gC_tile, mode=[1])
+                epi_grid = gC_tile.shape[1]
+                epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
+                for e in cutlass.range_constexpr(epi_tiles):
+                    for v in cutlass.range_constexpr(frag_size):
+                        tRS_frag[v] = tRS_acc[e * frag_size + v]
+                    tRS_out.store(self.epilogue.apply(tRS_frag.load()).to(self.c_dtype))
+                    buf = buf_base + epi_count % self.epi_stage
+                    cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    epi_sync.arrive_and_wait()
+                    if is_store_warp:
+                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
+                        store_pipeline.producer_commit()
+                        store_pipeline.producer_acquire()
+                    epi_sync.arrive_and_wait()
+                    epi_count += 1
+
+                if cutlass.const_expr(not self.cooperative):
+                    # skip the other group's next tile in the ring
+                    if idx + num_persistent < total_clusters:
+                        for _ in cutlass.range(k_tiles, unroll=1):
+                            read_state.advance()
+                            release_state.advance()
+                idx += tiles_stride * num_persistent
+            if is_store_warp:
+                store_pipeline.producer_tail()

@@ -1,0 +1,223 @@
+"""Eager API and torch custom ops.
+
+``gemm(a, b)`` follows torch.matmul's operand convention for 2-D and 3-D operands and launches
+the CuTe DSL kernel on the current CUDA stream. ``torch.ops.cutedsl.gemm`` is the same operation
+as a ``torch.library`` custom op with a fake (meta) implementation, so it traces under
+``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Optional
+
+import torch
+
+from .configs import GemmConfig
+from .problem import (
+    GemmProblem,
+    UnsupportedGemmError,
+    arch_for_capability,
+    check_problem,
+    check_strides,
+    dtype_name,
+)
+
+log = logging.getLogger("cutedsl_backend.ops")
+
+
+@functools.lru_cache(None)
+def _device_arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return arch_for_capability(major, minor)
+
+
+@functools.lru_cache(None)
+def _max_clusters(index: int, cluster_size: int) -> int:
+    """Clusters of ``cluster_size`` CTAs (one CTA per SM) that the device holds at once."""
+    sms = torch.cuda.get_device_properties(index).multi_processor_count
+    if cluster_size == 1:
+        return sms
+    try:
+        from cutlass.utils import HardwareInfo
+
+        return max(1, int(HardwareInfo(index).get_max_active_clusters(cluster_size)))
+    except Exception:  # pragma: no cover - driver query unavailable
+        return max(1, sms // cluster_size)
+
+
+def _operand_major(t: torch.Tensor, rows_dim: int, cols_dim: int, row_major: str, col_major: str,
+                   what: str) -> str:
+    """Which of the last two dims is contiguous (unit stride); size-1 dims count as either."""
+    if t.stride(cols_dim) == 1 or t.size(cols_dim) == 1 and t.stride(rows_dim) != 1:
+        return row_major
+    if t.stride(rows_dim) == 1 or t.size(rows_dim) == 1:
+        return col_major
+    raise UnsupportedGemmError(
+        f"layout: {what} needs unit stride on one of its last two dims, got strides {tuple(t.stride())}"
+    )
+
+
+def _as_rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> torch.Tensor:
+    """(L, R, C) -> (R, C, L) view; for L == 1 the batch stride is set to an aligned extent."""
+    L, R, C = t.shape
+    sl, sr, sc = t.stride()
+    if L == 1:
+        sl = sr * R if cols_contiguous else sc * C
+        sl = max(align, -(-sl // align) * align)
+    return t.as_strided((R, C, L), (sr, sc, sl))
+
+
+def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
+    """Validate eager operands; return (problem, batch-3d a, b, out shape)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedGemmError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() not in (2, 3):
+            raise UnsupportedGemmError(f"shape: {name} must be 2-D or 3-D, got {t.dim()}-D")
+    if not a.is_cuda or not b.is_cuda:
+        raise UnsupportedGemmError(
+            f"device: a and b must be CUDA tensors, got {a.device} and {b.device}"
+        )
+    if a.device != b.device:
+        raise UnsupportedGemmError(f"device: a is on {a.device}, b on {b.device}")
+    if a.dtype != b.dtype:
+        raise UnsupportedGemmError(f"dtype: a is {a.dtype}, b is {b.dtype}; they must match")
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0]:
+        raise UnsupportedGemmError(f"shape: batch sizes differ ({a.shape[0]} vs {b.shape[0]})")
+    if a.shape[-1] != b.shape[-2]:
+        raise UnsupportedGemmError(
+            f"shape: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a's last dim (K) must equal "
+            f"b's second-to-last dim"
+        )
+    if a.dim() == 3 and b.dim() == 2 and a.stride(2) == 1 and a.stride(0) == a.shape[1] * a.stride(1):
+        # (L, M, K) row-major with packed batches @ (K, N): one (L*M, K) @ (K, N) GEMM
+        a = a.reshape(a.shape[0] * a.shape[1], a.shape[2])
+    batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    # a 2-D operand broadcast over the batch is materialized: TMA takes no zero strides
+    if a3.shape[0] != batch:
+        a3 = a3.expand(batch, -1, -1).contiguous()
+    if b3.shape[0] != batch:
+        b3 = b3.expand(batch, -1, -1).contiguous()
+    m, k = a3.shape[1], a3.shape[2]
+    n = b3.shape[2]
+    d = dtype_name(a.dtype)
+    od = dtype_name(out_dtype) if out_dtype is not None else d
+    arch = _device_arch(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    a_major = _operand_major(a3, 1, 2, "k", "m", "a")
+    b_major = _operand_major(b3, 1, 2, "n", "k", "b")
+    problem = GemmProblem(m, n, k, batch, d, od, a_major, b_major, arch, packed=False)
+    check_problem(problem)
+    if not (m and n and k):
+        return problem, a3, b3  # nothing is launched: strides of empty operands do not matter
+    for what, t, major_rows in (("a", a3, a_major == "k"), ("b", b3, b_major == "n")):
+        strides = tuple(t.stride())
+        if t.shape[0] == 1:
+            strides = (0,) + strides[1:]
+        check_strides(what, strides, d, 2 if major_rows else 1)
+        if t.data_ptr() % 16:
+            raise UnsupportedGemmError(f"alignment: {what}'s data pointer must be 16-byte aligned")
+    if config is not None and not isinstance(config, GemmConfig):
+        raise UnsupportedGemmError(f"config: expected a GemmConfig, got {type(config).__name__}")
+    return problem, a3, b3
+
+
+def _launch(problem: GemmProblem, a3, b3, out3, config: Optional[GemmConfig]) -> None:
+    import cuda.bindings.driver as cuda
+
+    from .compiler import get_kernel
+
+    kernel = get_kernel(problem, config)
+    in_align = 16 // a3.element_size()
+    mA = _as_rcl(a3, problem.a_major == "k", in_align)
+    # b is (L, K, N); the kernel wants (N, K, L)
+    mB = _as_rcl(b3.transpose(1, 2), problem.b_major == "k", in_align)
+    mC = _as_rcl(out3, True, 16 // out3.element_size())
+    cluster = kernel.config.cluster_m * kernel.config.cluster_n
+    index = a3.device.index if a3.device.index is not None else torch.cuda.current_device()
+    stream = cuda.CUstream(torch.cuda.current_stream(a3.device).cuda_stream)
+    kernel(mA, mB, mC, _max_clusters(index, cluster), stream)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
+         config: Optional[GemmConfig] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``a @ b`` on a CuTe DSL kernel (fp32 accumulation, one rounding to the output dtype).
+
+    - a: (M, K) or (L, M, K); b: (K, N) or (L, K, N) (a 2-D operand is broadcast over L).
+    - dtypes: float16 or bfloat16, the same for a and b; ``out_dtype``: the input dtype
+      (default) or torch.float32.
+    - layouts: each operand row- or column-major in its last two dims (any strides otherwise);
+      every non-unit stride and the data pointers 16-byte aligned. The output is row-major.
+    - device: a CUDA tensor on an sm90 (Hopper) GPU.
+    - ``out``: optional result tensor of the result's shape and dtype, unit stride along N and
+      16-byte aligned other strides (it may be a strided view).
+
+    Raises :class:`UnsupportedGemmError` (a ValueError) naming the rule an input breaks.
+    """
+    problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    out_t = getattr(torch, problem.out_dtype)
+    shape3 = (problem.batch, problem.m, problem.n)
+    if out is None:
+        out3 = torch.empty(shape3, dtype=out_t, device=a.device)
+    else:
+        out3 = _check_out(out, shape3, out_t, a.device)
+    if problem.m and problem.n:
+        if problem.k == 0:
+            out3.zero_()
+        else:
+            _launch(problem, a3, b3, out3, config)
+    if out is not None:
+        return out
+    if a.dim() == 2 and b.dim() == 2:
+        return out3[0]
+    if a.dim() == 3 and b.dim() == 2 and problem.batch == 1 and problem.m != a.shape[1]:
+        return out3.view(a.shape[0], a.shape[1], problem.n)  # the folded (L*M, K) case
+    return out3
+
+
+def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    if out.dtype != dtype:
+        raise UnsupportedGemmError(f"out: dtype must be {dtype}, got {out.dtype}")
+    if out.device != device:
+        raise UnsupportedGemmError(f"out: must be on {device}, got {out.device}")
+    numel = shape3[0] * shape3[1] * shape3[2]
+    if out.numel() != numel or out.shape[-1] != shape3[2]:
+        raise UnsupportedGemmError(f"out: shape {tuple(out.shape)} does not hold the result {shape3}")
+    if out.dim() == 2:
+        out3 = out.unsqueeze(0)
+    elif out.dim() == 3 and tuple(out.shape) == shape3:
+        out3 = out
+    else:
+        out3 = out.view(shape3)
+    strides = tuple(out3.stride())
+    if shape3[0] == 1:
+        strides = (0,) + strides[1:]
+    check_strides("out", strides, dtype_name(dtype), 2)
+    if out3.data_ptr() % 16:
+        raise UnsupportedGemmError("alignment: out's data pointer must be 16-byte aligned")
+    return out3
+
+
+# ---------------------------------------------------------------------------- custom op
+
+_OUT_DTYPES = {None: None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@torch.library.custom_op("cutedsl::gemm", mutates_args=())
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[str] = None) -> torch.Tensor:
+    return gemm(a, b, out_dtype=_OUT_DTYPES[out_dtype])
+
+
+@_gemm_op.register_fake
+def _gemm_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[str] = None) -> torch.Tensor:
+    if a.shape[-1] != b.shape[-2]:
+        raise UnsupportedGemmError(f"shape: a is {tuple(a.shape)} and b is {tuple(b.shape)}")
+    batch = a.shape[:-2] if a.dim() == 3 else b.shape[:-2]
+    dt = _OUT_DTYPES[out_dtype] or a.dtype
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]), dtype=dt)
+
+
+gemm_op = _gemm_op

@@ -1,0 +1,177 @@
+"""GemmProblem and the input rules: the one place that says what the kernels support.
+
+Pure Python: importing this module imports neither torch nor the CuTe DSL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+class UnsupportedGemmError(ValueError):
+    """Raised when a GEMM request breaks a rule of the kernels; the message names the rule."""
+
+
+ARCHS = ("sm90a", "sm100a")
+
+# dtype names as torch spells them (torch.float16 -> "float16").
+DTYPE_BITS = {
+    "float16": 16,
+    "bfloat16": 16,
+    "float32": 32,
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
+}
+INPUT_DTYPES_16 = ("float16", "bfloat16")
+INPUT_DTYPES_FP8 = ("float8_e4m3fn", "float8_e5m2")
+MAJORS_A = ("k", "m")
+MAJORS_B = ("n", "k")
+# TMA needs every non-unit stride and the base address 16-byte aligned.
+ALIGN_BYTES = 16
+
+
+def dtype_bits(name: str) -> int:
+    try:
+        return DTYPE_BITS[name]
+    except KeyError:
+        raise UnsupportedGemmError(
+            f"dtype {name!r}: supported dtypes are {sorted(DTYPE_BITS)}"
+        ) from None
+
+
+def dtype_name(dtype) -> str:
+    """'bfloat16' for torch.bfloat16, 'bfloat16', or a cutlass type named BFloat16."""
+    if isinstance(dtype, str):
+        name = dtype.replace("torch.", "")
+    else:
+        name = str(dtype).replace("torch.", "")
+    aliases = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32",
+               "fp32": "float32", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
+               "Float16": "float16", "BFloat16": "bfloat16", "Float32": "float32",
+               "Float8E4M3FN": "float8_e4m3fn", "Float8E5M2": "float8_e5m2"}
+    name = aliases.get(name, name)
+    if name not in DTYPE_BITS:
+        raise UnsupportedGemmError(f"dtype {dtype}: supported dtypes are {sorted(DTYPE_BITS)}")
+    return name
+
+
+def normalize_arch(arch: str) -> str:
+    a = arch.lower().replace("_", "")
+    if a in ("sm90", "sm90a"):
+        return "sm90a"
+    if a in ("sm100", "sm100a"):
+        return "sm100a"
+    raise UnsupportedGemmError(f"arch {arch!r}: supported targets are {ARCHS}")
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    """Compute capability -> kernel target: 9.0 -> sm90a, 10.x -> sm100a, anything else refused."""
+    if (major, minor) == (9, 0):
+        return "sm90a"
+    if major == 10:
+        return "sm100a"
+    raise UnsupportedGemmError(
+        f"device: compute capability {major}.{minor} has no kernels here (needs sm90 = 9.0 "
+        f"or sm100 = 10.x)"
+    )
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """out[l] = a[l] @ b[l] for l < batch; a is (M, K), b is (K, N), out is (M, N) row-major.
+
+    ``a_major``: "k" (a row-major, K contiguous) or "m" (column-major).
+    ``b_major``: "n" (b row-major, N contiguous) or "k" (column-major, i.e. a transposed view).
+    """
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    a_major: str = "k"
+    b_major: str = "n"
+    arch: str = "sm90a"
+    # False when the caller checks real strides instead (strided views in the eager API).
+    packed: bool = True
+
+    def describe(self) -> str:
+        return (
+            f"{self.arch} {self.dtype}->{self.out_dtype} M={self.m} N={self.n} K={self.k} "
+            f"L={self.batch} a_major={self.a_major} b_major={self.b_major}"
+        )
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    def check(self) -> "GemmProblem":
+        """Raise UnsupportedGemmError naming the first rule broken; return self otherwise."""
+        check_problem(self)
+        return self
+
+
+def make_problem(m, n, k, *, dtype, arch="sm90a", batch=1, a_major="k", b_major="n",
+                 out_dtype: Optional[object] = None) -> GemmProblem:
+    d = dtype_name(dtype)
+    od = dtype_name(out_dtype) if out_dtype is not None else (d if dtype_bits(d) == 16 else "bfloat16")
+    return GemmProblem(int(m), int(n), int(k), int(batch), d, od, a_major, b_major,
+                       normalize_arch(arch)).check()
+
+
+def check_problem(p: GemmProblem) -> None:
+    if p.arch not in ARCHS:
+        raise UnsupportedGemmError(f"arch {p.arch!r}: supported targets are {ARCHS}")
+    for name, v in (("M", p.m), ("N", p.n), ("K", p.k), ("batch", p.batch)):
+        if not isinstance(v, int) or v < 0:
+            raise UnsupportedGemmError(f"shape: {name}={v} must be a non-negative integer")
+    if max(p.m, p.n, p.k) >= 2**31 or p.batch >= 2**31:
+        raise UnsupportedGemmError("shape: every extent must be below 2**31")
+    if p.dtype not in INPUT_DTYPES_16 + INPUT_DTYPES_FP8:
+        raise UnsupportedGemmError(
+            f"dtype: inputs must be one of {INPUT_DTYPES_16 + INPUT_DTYPES_FP8}, got {p.dtype}"
+        )
+    if p.dtype in INPUT_DTYPES_FP8:
+        raise UnsupportedGemmError(
+            "dtype: fp8 inputs go through scaled_mm (fp8 kernels are not part of this build yet)"
+        )
+    if p.out_dtype not in ("float16", "bfloat16", "float32"):
+        raise UnsupportedGemmError(
+            f"out_dtype: must be float16, bfloat16 or float32, got {p.out_dtype}"
+        )
+    if dtype_bits(p.out_dtype) == 16 and p.out_dtype != p.dtype:
+        raise UnsupportedGemmError(
+            f"out_dtype: a 16-bit output must match the input dtype ({p.dtype}), got {p.out_dtype}"
+        )
+    if p.a_major not in MAJORS_A:
+        raise UnsupportedGemmError(f"layout: a_major must be one of {MAJORS_A}, got {p.a_major!r}")
+    if p.b_major not in MAJORS_B:
+        raise UnsupportedGemmError(f"layout: b_major must be one of {MAJORS_B}, got {p.b_major!r}")
+    if not p.packed:
+        return
+    # The contiguous extent of each operand sets its leading stride for a packed tensor.
+    in_align = ALIGN_BYTES * 8 // dtype_bits(p.dtype)
+    out_align = ALIGN_BYTES * 8 // dtype_bits(p.out_dtype)
+    lead_a = p.k if p.a_major == "k" else p.m
+    lead_b = p.n if p.b_major == "n" else p.k
+    for what, extent, align in (("A", lead_a, in_align), ("B", lead_b, in_align), ("out", p.n, out_align)):
+        if extent % align:
+            raise UnsupportedGemmError(
+                f"alignment: the contiguous extent of {what} ({extent}) must be a multiple of "
+                f"{align} elements (16 bytes) for TMA"
+            )
+
+
+def check_strides(what: str, strides: tuple, dtype: str, contiguous_dim: int) -> None:
+    """TMA rule for a strided operand: unit stride on ``contiguous_dim``, other strides 16-byte aligned."""
+    align = ALIGN_BYTES * 8 // dtype_bits(dtype)
+    if strides[contiguous_dim] != 1:
+        raise UnsupportedGemmError(f"layout: {what} needs unit stride on one of its last two dims")
+    for i, s in enumerate(strides):
+        if i != contiguous_dim and s % align:
+            raise UnsupportedGemmError(
+                f"alignment: {what} stride {s} (dim {i}) must be a multiple of {align} elements "
+                f"(16 bytes) for TMA"
+            )

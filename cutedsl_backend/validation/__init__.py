@@ -1,0 +1,1 @@
+"""Validation harness: tolerance policy, matrix, budgets, compile gates, GPU checks, reports."""

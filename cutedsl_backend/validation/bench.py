@@ -1,0 +1,203 @@
+"""Benchmarks: our kernels against torch.matmul (cuBLAS) measured in the same run.
+
+Times are medians of triton.testing.do_bench (CUDA events, warm-up first) on fresh random
+inputs; each result is reported as TFLOP/s and as the ratio to the peer timed beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Iterable, Optional
+
+PREFILL_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (2048, 1024, 8192)]
+DECODE_SHAPES = [(128, 8192, 8192), (16, 8192, 8192)]
+
+
+def _precompile_one(args):
+    problem, cfg = args
+    from ..compiler import get_kernel
+
+    try:
+        k = get_kernel(problem, cfg)
+        return cfg.name, k.compile_seconds, None
+    except Exception as e:  # reported by the caller
+        return cfg.name, 0.0, f"{type(e).__name__}: {e}"
+
+
+def precompile(pairs: list, workers: Optional[int] = None) -> list:
+    """Compile (problem, config) pairs in worker processes into the disk cache."""
+    import multiprocessing as mp
+
+    workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
+    if workers == 1 or len(pairs) == 1:
+        return [_precompile_one(p) for p in pairs]
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        return list(ex.map(_precompile_one, pairs))
+
+
+def _median_ms(fn, warmup=50, rep=300) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _graph_ms(fn, calls: int = 10) -> float:
+    """Median device time per call of ``fn`` replayed ``calls`` times from one CUDA graph."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()  # warm-up outside capture (compiles, caches)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return _median_ms(g.replay) / calls
+
+
+def tflops(m, n, k, ms, batch=1):
+    return 2.0 * m * n * k * batch / (ms * 1e-3) / 1e12
+
+
+def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, log=print) -> list:
+    """One row per (dtype, shape): ours vs torch.matmul, timed alternately in the same process."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..ops import _prepare
+
+    rows = []
+    for dt in dtypes:
+        tdt = getattr(torch, dt)
+        for (m, n, k) in shapes:
+            a = torch.randn(m, k, device="cuda").to(tdt)
+            b = torch.randn(k, n, device="cuda").to(tdt)
+            out = torch.empty(m, n, device="cuda", dtype=tdt)
+            problem, _, _ = _prepare(a, b, None, config)
+            from ..compiler import get_kernel
+
+            kern = get_kernel(problem, config)
+            cb.gemm(a, b, config=config, out=out)
+            ref = torch.matmul(a.float(), b.float())
+            err = float((out.float() - ref).norm() / ref.norm())
+            def ours():
+                cb.gemm(a, b, config=kern.config, out=out)
+
+            def peer():
+                torch.matmul(a, b, out=out)
+
+            # eager: what a caller sees, host launch cost included (it dominates small problems)
+            t_torch = _median_ms(peer)
+            t_ours = _median_ms(ours)
+            t_torch = min(t_torch, _median_ms(peer))
+            # graph: 10 calls replayed from a CUDA graph, i.e. device time per GEMM
+            g_ours, g_torch = _graph_ms(ours), _graph_ms(peer)
+            row = {
+                "dtype": dt, "m": m, "n": n, "k": k, "config": kern.config.name,
+                "ours_ms": t_ours, "torch_ms": t_torch,
+                "ours_tflops": tflops(m, n, k, t_ours), "torch_tflops": tflops(m, n, k, t_torch),
+                "ratio": t_torch / t_ours,
+                "graph_ours_ms": g_ours, "graph_torch_ms": g_torch,
+                "graph_ours_tflops": tflops(m, n, k, g_ours), "graph_torch_tflops": tflops(m, n, k, g_torch),
+                "graph_ratio": g_torch / g_ours, "rel_l2_vs_fp32": err,
+            }
+            rows.append(row)
+            log(f"{dt:9s} {m:6d}x{n:6d}x{k:6d}  eager: ours {row['ours_tflops']:6.1f} cuBLAS "
+                f"{row['torch_tflops']:6.1f} ratio {row['ratio']:.3f} | graph: ours "
+                f"{row['graph_ours_tflops']:6.1f} cuBLAS {row['graph_torch_tflops']:6.1f} ratio "
+                f"{row['graph_ratio']:.3f}  [{kern.config.name}] rel_l2={err:.1e}")
+    return rows
+
+
+def geomean(xs):
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def sweep(shapes, dtype="bfloat16", configs=None, log=print, workers=None) -> dict:
+    """Time every valid config on every shape (one compile per config, shape-generic kernels)."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import valid_configs
+    from ..problem import GemmProblem
+
+    tdt = getattr(torch, dtype)
+    probe = GemmProblem(4096, 4096, 4096, 1, dtype, dtype, "k", "n", "sm90a")
+    cfgs = configs or valid_configs(probe)
+    t0 = time.time()
+    res = precompile([(probe, c) for c in cfgs], workers)
+    failed = [r for r in res if r[2]]
+    log(f"precompiled {len(cfgs)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    for r in failed:
+        log("  compile failed:", r)
+    out = {}
+    for (m, n, k) in shapes:
+        a = torch.randn(m, k, device="cuda").to(tdt)
+        b = torch.randn(k, n, device="cuda").to(tdt)
+        o = torch.empty(m, n, device="cuda", dtype=tdt)
+        t_torch = _median_ms(lambda: torch.matmul(a, b))
+        times = []
+        for c in cfgs:
+            if any(f[0] == c.name for f in failed):
+                continue
+            try:
+                cb.gemm(a, b, config=c, out=o)
+                times.append((_median_ms(lambda: cb.gemm(a, b, config=c, out=o), 10, 60), c))
+            except Exception as e:
+                log(f"  {c.name} on {m}x{n}x{k}: {type(e).__name__}: {str(e)[:200]}")
+        times.sort(key=lambda x: x[0])
+        out[(m, n, k)] = {"torch_ms": t_torch, "ranked": [(t, c.name) for t, c in times]}
+        best = times[0]
+        log(f"{m}x{n}x{k}: cuBLAS {tflops(m, n, k, t_torch):.1f} TFLOP/s; best {best[1].name} "
+            f"{tflops(m, n, k, best[0]):.1f} ({t_torch / best[0]:.3f}x); top5: "
+            + ", ".join(f"{c.name}={t_torch / t:.3f}" for t, c in times[:5]))
+    return out
+
+
+def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
+    """Host time per eager call on a tiny problem (the GPU is never the bottleneck here)."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..compiler import get_kernel
+    from ..ops import _as_rcl, _max_clusters, _prepare
+
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, out=out)
+    problem, a3, b3 = _prepare(a, b, None, None)
+    kern = get_kernel(problem)
+    import cuda.bindings.driver as cuda
+
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    mA = _as_rcl(a3, True, 8)
+    mB = _as_rcl(b3.transpose(1, 2), False, 8)
+    mC = _as_rcl(out.unsqueeze(0), True, 8)
+    mc = _max_clusters(0, kern.config.cluster_m * kern.config.cluster_n)
+
+    def timeit(fn):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n_calls):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n_calls * 1e6
+
+    res = {
+        "torch_matmul_us": timeit(lambda: torch.matmul(a, b)),
+        "gemm_us": timeit(lambda: cb.gemm(a, b, out=out)),
+        "compiled_fn_us": timeit(lambda: kern._fn(mA, mB, mC, mc, stream)),
+        "prepare_us": timeit(lambda: _prepare(a, b, None, None)),
+    }
+    log("host overhead per call (us): " + ", ".join(f"{k}={v:.1f}" for k, v in res.items()))
+    return res

@@ -1,0 +1,85 @@
+"""The validation matrix, defined once: nox, pytest, the CLI and the workflows read it from here.
+
+A cell is (arch, dtype, out_dtype, a_major, b_major, epilogue, config); each cell has a compile
+gate (budget, required SASS, no spills; runs anywhere) and a GPU gate (numerics against torch;
+runs on a GPU of the cell's arch). Tags: quick (CPU CI, minutes), standard (a GPU runner per
+commit), full (a release).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+from ..configs import GemmConfig, config_space, quick_configs
+from ..problem import GemmProblem
+
+TAGS = ("quick", "standard", "full")
+LAYOUTS = (("k", "n"), ("k", "k"), ("m", "n"), ("m", "k"))
+# Instructions each kernel family must contain (one of each tuple).
+REQUIRED_SASS = {
+    ("sm90a", 16): (("HGMMA",), ("UTMALDG",)),
+    ("sm90a", 8): (("QGMMA",), ("UTMALDG",)),
+    ("sm100a", 16): (("UTCHMMA",), ("UTMALDG",)),
+    ("sm100a", 8): (("UTCQMMA",), ("UTMALDG",)),
+}
+# Representative shapes for the GPU gate: tails in M, N, K, a batch, many tiles per CTA.
+GPU_SHAPES = {
+    "quick": [(1, 200, 392, 520)],
+    "standard": [(1, 200, 392, 520), (3, 328, 456, 264), (2, 1000, 2056, 776)],
+    "full": [(1, 200, 392, 520), (3, 328, 456, 264), (2, 1000, 2056, 776), (1, 4096, 4096, 4096),
+             (1, 16, 8192, 1024)],
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    arch: str
+    dtype: str
+    out_dtype: str
+    a_major: str
+    b_major: str
+    epilogue: str
+    config: GemmConfig
+
+    @property
+    def id(self) -> str:
+        return (f"{self.arch}/{self.dtype}->{self.out_dtype}/a{self.a_major}b{self.b_major}/"
+                f"{self.epilogue}/{self.config.name}")
+
+    def problem(self, m=4096, n=4096, k=4096, batch=1) -> GemmProblem:
+        return GemmProblem(m, n, k, batch, self.dtype, self.out_dtype, self.a_major, self.b_major,
+                           self.arch)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["config"] = self.config.name
+        return d
+
+
+def dtype_pairs(tag: str):
+    pairs = [("bfloat16", "bfloat16"), ("float16", "float16")]
+    if tag != "quick":
+        pairs += [("bfloat16", "float32"), ("float16", "float32")]
+    return pairs
+
+
+def configs_for(arch: str, tag: str) -> list[GemmConfig]:
+    if tag == "full":
+        return config_space(arch)
+    return quick_configs(arch)
+
+
+def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
+    """Every cell of the matrix for ``tag``; archs without kernels yet give no cells."""
+    out = []
+    for arch in archs:
+        for (dt, od), (am, bm), cfg in itertools.product(dtype_pairs(tag), LAYOUTS, configs_for(arch, tag)):
+            out.append(Cell(arch, dt, od, am, bm, "none", cfg))
+    return out
+
+
+def unbuilt_archs(archs) -> dict:
+    """Archs of the matrix that have no kernels in this build, with the reason."""
+    return {a: "sm100a kernels are not implemented yet (Blackwell family issue)"
+            for a in archs if not quick_configs(a)}

@@ -1,0 +1,215 @@
+"""The validation run: compile gates for every cell (any machine), GPU gates where the GPU
+matches, then the reports. Every cell ends as pass, fail or skip, and a skip carries its reason.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from .budgets import check_budgets, load_budgets
+from .environment import environment, gpu_arch, gpu_description
+from .matrix import GPU_SHAPES, REQUIRED_SASS, Cell, cells, unbuilt_archs
+from .report import write_reports
+
+
+def compile_gate(cell: Cell) -> dict:
+    """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
+    from ..compiler import _cache_key, _compile_fresh, _store_to_disk
+    from ..configs import check_config
+    from ..kernels.epilogue import EpilogueSpec
+    from ..problem import dtype_bits
+
+    p = cell.problem()
+    res = {"id": cell.id, "gate": "compile", "cell": cell.to_dict()}
+    try:
+        check_config(cell.config, p)
+        cfg = cell.config.resolved(p)
+        epi = EpilogueSpec()
+        cg = _compile_fresh(p, cfg, epi, _cache_key(p, cfg, epi.key()))
+        _store_to_disk(cg)  # the GPU stage (and later runs) load it instead of recompiling
+        counts = cg.sass_counts()
+        r = cg.resources
+        missing = [alts for alts in REQUIRED_SASS[(p.arch, dtype_bits(p.dtype))]
+                   if not any(counts.get(op, 0) for op in alts)]
+        problems = []
+        if missing:
+            problems.append("SASS lacks " + " and ".join("/".join(a) for a in missing))
+        if r.local_bytes or counts.get("LDL") or counts.get("STL"):
+            problems.append(f"local memory in use ({r.local_bytes} bytes/thread; spills)")
+        res.update(
+            status="fail" if problems else "pass",
+            reason="; ".join(problems),
+            compile_seconds=round(cg.compile_seconds, 3),
+            config_resolved=cfg.name,
+            sass=counts,
+            resources=vars(r),
+            cubin_bytes=len(cg.cubin),
+        )
+    except Exception as e:
+        res.update(status="fail", reason=f"compile error: {type(e).__name__}: {str(e)[:400]}")
+    return res
+
+
+def _warm_load(cell: Cell) -> dict:
+    """Time a disk-cache load of a kernel compiled by another process."""
+    from ..compiler import get_kernel
+
+    t0 = time.perf_counter()
+    k = get_kernel(cell.problem(), cell.config)
+    return {"cache_hit": k.cache_hit, "seconds": time.perf_counter() - t0,
+            "load_seconds": k.load_seconds}
+
+
+def gpu_gate(cell: Cell, shapes) -> dict:
+    import torch
+
+    from ..ops import gemm
+    from .tolerances import compare
+
+    res = {"id": cell.id, "gate": "gpu", "cell": cell.to_dict(), "shapes": []}
+    worst = None
+    try:
+        for (L, M, N, K) in shapes:
+            dt = getattr(torch, cell.dtype)
+            g = torch.Generator(device="cuda").manual_seed(hash((cell.id, M, N, K)) % 2**31)
+            if cell.a_major == "k":
+                a = torch.randn(L, M, K, device="cuda", generator=g).to(dt)
+            else:
+                a = torch.randn(L, K, M, device="cuda", generator=g).to(dt).transpose(1, 2)
+            if cell.b_major == "n":
+                b = torch.randn(L, K, N, device="cuda", generator=g).to(dt)
+            else:
+                b = torch.randn(L, N, K, device="cuda", generator=g).to(dt).transpose(1, 2)
+            ref = torch.matmul(a.double(), b.double())
+            out = torch.full(ref.shape, float("nan"), device="cuda", dtype=getattr(torch, cell.out_dtype))
+            gemm(a, b, out_dtype=out.dtype, config=cell.config, out=out)
+            torch.cuda.synchronize()
+            m = compare(out, ref, cell.out_dtype, K)
+            m["shape"] = [L, M, N, K]
+            res["shapes"].append(m)
+            if worst is None or m["max_err_over_allowed"] > worst:
+                worst = m["max_err_over_allowed"]
+        bad = [s for s in res["shapes"] if not s["ok"]]
+        res["status"] = "fail" if bad else "pass"
+        res["reason"] = f"numerics off on {[s['shape'] for s in bad]}" if bad else ""
+        res["max_err_over_allowed"] = worst
+    except Exception as e:
+        res.update(status="fail", reason=f"{type(e).__name__}: {str(e)[:400]}")
+    return res
+
+
+def _progress(i, n, t0, what):
+    if sys.stderr.isatty() or os.environ.get("CI") or True:
+        el = time.time() - t0
+        eta = el / max(i, 1) * (n - i)
+        print(f"[{what}] {i}/{n} done, {el:.0f}s elapsed, ~{eta:.0f}s left", file=sys.stderr, flush=True)
+
+
+def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", require_gpu=False,
+                   workers=0, run_id=None, compile_only=False) -> int:
+    t_start = time.time()
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + f"-{tag}"
+    out_dir = Path(out_root) / run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    results: list[dict] = []
+    matrix = cells(tag, archs)
+    for arch, why in unbuilt_archs(archs).items():
+        for gate in ("compile", "gpu"):
+            results.append({"id": f"{arch}/*", "gate": gate, "status": "skip", "reason": why,
+                            "cell": {"arch": arch}})
+
+    # ---- compile gates, in worker processes (cute.compile is not thread-safe)
+    workers = workers or max(1, os.cpu_count() or 1)
+    print(f"validate[{tag}]: {len(matrix)} cells, compile gates on {workers} processes", flush=True)
+    t0 = time.time()
+    compile_results = []
+    if workers > 1 and len(matrix) > 1:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+            for i, r in enumerate(ex.map(compile_gate, matrix, chunksize=1), 1):
+                compile_results.append(r)
+                if i % 8 == 0 or i == len(matrix):
+                    _progress(i, len(matrix), t0, "compile")
+    else:
+        for i, c in enumerate(matrix, 1):
+            compile_results.append(compile_gate(c))
+            _progress(i, len(matrix), t0, "compile")
+    results += compile_results
+
+    budgets = load_budgets()
+    budget_report = check_budgets(compile_results, budgets)
+    warm = None
+    if matrix and any(r["status"] == "pass" for r in compile_results):
+        have_driver = gpu_arch() is not None and not compile_only
+        if not have_driver:
+            # the cached host object links against libcuda: no driver, nothing to load
+            warm = {"status": "skip", "ok": True, "cache_hit": "", "seconds": 0.0,
+                    "budget_s": budgets["warm_load_max_s"],
+                    "reason": "not run: a disk-cache load needs the CUDA driver (libcuda)"}
+            results.append({"id": "warm-cache-load", "gate": "budget", "cell": {"arch": matrix[0].arch},
+                            "status": "skip", "reason": warm["reason"]})
+        else:
+            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+                warm = ex.submit(_warm_load, matrix[0]).result()
+            warm["budget_s"] = budgets["warm_load_max_s"]
+            warm["ok"] = warm["cache_hit"] == "disk" and warm["seconds"] <= warm["budget_s"]
+            warm["status"] = "pass" if warm["ok"] else "fail"
+            results.append({"id": "warm-cache-load", "gate": "budget", "cell": {"arch": matrix[0].arch},
+                            "status": warm["status"],
+                            "reason": "" if warm["ok"] else f"load {warm['seconds']:.3f}s, hit={warm['cache_hit']!r}"})
+            budget_report["ok"] = budget_report["ok"] and warm["ok"]
+        budget_report["warm_load"] = warm
+
+    # ---- GPU gates
+    have = None if compile_only else gpu_arch()
+    desc = "compile-only run" if compile_only else gpu_description()
+    gpu_cells = [c for c in matrix]
+    t0 = time.time()
+    for i, c in enumerate(gpu_cells, 1):
+        if have != c.arch:
+            results.append({"id": c.id, "gate": "gpu", "cell": c.to_dict(), "status": "skip",
+                            "reason": f"not run: needs {c.arch[:-1]} GPU (found: {desc})"})
+            continue
+        results.append(gpu_gate(c, GPU_SHAPES[tag]))
+        if i % 16 == 0 or i == len(gpu_cells):
+            _progress(i, len(gpu_cells), t0, "gpu")
+
+    perf = None
+    if have == "sm90a" and tag in ("standard", "full"):
+        from .perf import perf_gate
+
+        perf = perf_gate(tag)
+        results += perf["results"]
+
+    counts = Counter(r["status"] for r in results)
+    skips = Counter(r["reason"] for r in results if r["status"] == "skip")
+    fails = [r for r in results if r["status"] == "fail"]
+    budget_fail = not budget_report["ok"]
+    gpu_missing = require_gpu and not any(r["gate"] == "gpu" and r["status"] != "skip" for r in results)
+    summary = {
+        "run_id": run_id, "tag": tag, "archs": list(archs), "seconds": round(time.time() - t_start, 1),
+        "counts": dict(counts), "skips_by_reason": dict(skips), "budgets": budget_report,
+        "require_gpu": require_gpu, "gpu_required_but_missing": gpu_missing,
+        "ok": not fails and not budget_fail and not gpu_missing,
+    }
+    report = {"schema": 1, "summary": summary, "environment": env, "results": results,
+              "perf": perf}
+    paths = write_reports(report, out_dir)
+    print(paths["markdown"].read_text())
+    print(f"reports written to {out_dir}/ ({', '.join(p.name for p in paths.values())})")
+    return 0 if summary["ok"] else 1
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_validation())

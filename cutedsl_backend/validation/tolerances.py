@@ -1,0 +1,70 @@
+"""The tolerance policy: the one place that says how close a result must be to the reference.
+
+Reference: torch.matmul of the same (already rounded) inputs in float64, so the only errors
+allowed are (1) fp32 accumulation in a different order and (2) one rounding to the output dtype.
+
+  elementwise:  |out - ref| <= rtol * |ref| + atol * scale,   scale = rms(ref) (never 0)
+  normwise:     ||out - ref||_2 / ||ref||_2 <= rel_l2
+
+with rtol = 2 u_out (u: unit roundoff of the output dtype; rounding contributes at most u|ref|)
+and atol = u_out + c sqrt(K) u_fp32: the accumulation-order term grows like sqrt(K) for random
+inputs (a worst-case K bound would hide real indexing bugs at large K). NaN or Inf in the output
+where the reference is finite never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+UNIT_ROUNDOFF = {
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "float32": 2.0**-24,
+}
+ACC_ORDER_FACTOR = 64.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float  # in units of rms(ref)
+    rel_l2: float
+
+    def describe(self) -> str:
+        return f"rtol={self.rtol:.2e} atol={self.atol:.2e}*rms(ref) rel_l2<={self.rel_l2:.2e}"
+
+
+def tolerance(out_dtype: str, k: int, input_dtype: str = "bfloat16") -> Tolerance:
+    u = UNIT_ROUNDOFF[out_dtype]
+    acc = ACC_ORDER_FACTOR * math.sqrt(max(k, 1)) * UNIT_ROUNDOFF["float32"]
+    return Tolerance(rtol=2 * u, atol=u + acc, rel_l2=2 * u + acc)
+
+
+def compare(out, ref, out_dtype: str, k: int) -> dict:
+    """Check ``out`` against ``ref`` (torch tensors). Returns metrics and ``ok``."""
+    import torch
+
+    tol = tolerance(out_dtype, k)
+    o = out.double()
+    r = ref.double()
+    finite_ref = torch.isfinite(r)
+    bad_nonfinite = int((~torch.isfinite(o) & finite_ref).sum())
+    diff = (o - r).abs()
+    diff = torch.where(finite_ref, diff, torch.zeros_like(diff))
+    scale = float(r[finite_ref].pow(2).mean().sqrt()) if bool(finite_ref.any()) else 1.0
+    scale = scale or 1.0
+    allowed = tol.rtol * r.abs() + tol.atol * scale
+    n_bad = int((diff > allowed).sum())
+    rel_l2 = float(diff.norm() / (r[finite_ref].norm() + 1e-300))
+    max_ratio = float((diff / allowed).max()) if diff.numel() else 0.0
+    ok = bad_nonfinite == 0 and n_bad == 0 and rel_l2 <= tol.rel_l2 and not math.isnan(rel_l2)
+    return {
+        "ok": ok,
+        "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
+        "rel_l2": rel_l2,
+        "max_err_over_allowed": max_ratio,
+        "n_bad": n_bad,
+        "n_nonfinite": bad_nonfinite,
+        "tolerance": tol.describe(),
+    }

@@ -1,0 +1,115 @@
+"""nox sessions for cutedsl-backend. Thin: the matrix, tolerances and budgets live in
+cutedsl_backend/validation/ and every session calls pytest or the CLI.
+
+  nox -s tests                 CPU unit + compile tests with coverage (CI)
+  nox -s validate              the validation run: everything this machine can run, then reports
+  nox -s compile-sm90a         compile-only matrix for one arch (budgets, SASS, spills)
+  nox -s "gpu(arch='sm90a', dtype='bfloat16')"   GPU numerics for one cell family
+  nox -s bench | lint | compile_versions
+  nox -l --json                machine-readable session list (GitHub Actions matrix)
+
+Tags: quick (CPU CI), standard (GPU runner per commit), full (release).
+GPU machines that already have a CUDA torch: CUTEDSL_NOX_SYSTEM=1 nox --no-venv -s ...
+(uses the interpreter's packages instead of creating a virtualenv).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+USE_SYSTEM = os.environ.get("CUTEDSL_NOX_SYSTEM") == "1"
+BACKEND = "none" if USE_SYSTEM else None
+# CPU sessions pin the CPU build of torch (an unpinned torch pulls a multi-GB CUDA build).
+TORCH_CPU = os.environ.get("CUTEDSL_TORCH", "torch==2.13.0")
+DSL_NEWEST = "4.8.1"
+DSL_OLDEST = "4.8.0"
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7"]
+ARCHS = ["sm90a", "sm100a"]
+DTYPES = ["bfloat16", "float16"]
+
+
+def install_runtime(session: nox.Session, dsl: str = DSL_NEWEST, torch: str = TORCH_CPU) -> None:
+    """torch, the CuTe DSL with its CUDA 13 libs (installed last: the libs wheels overlap),
+    cuobjdump/nvdisasm for SASS, then the project without dependencies."""
+    if USE_SYSTEM:
+        return
+    session.install(torch)
+    session.install(f"nvidia-cutlass-dsl=={dsl}", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm")
+    session.install("--force-reinstall", "--no-deps", f"nvidia-cutlass-dsl-libs-cu13=={dsl}")
+    session.install("--no-deps", "-e", ".")
+
+
+@nox.session(tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)
+def tests(session: nox.Session) -> None:
+    """CPU unit tests and compile tests (both archs where built) with coverage."""
+    install_runtime(session)
+    if not USE_SYSTEM:
+        session.install(*TEST_DEPS)
+    workers = os.environ.get("CUTEDSL_TEST_WORKERS", "2")
+    session.run("python", "-m", "pytest", "tests/unit", "tests/compile", "tests/infra", "-n", workers,
+                "--cov=cutedsl_backend", "--cov-report=term", "--cov-report=xml", "-q", *session.posargs)
+
+
+@nox.session(tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)
+def lint(session: nox.Session) -> None:
+    """ruff over the code and tests."""
+    if not USE_SYSTEM:
+        session.install("ruff>=0.6")
+    session.run("ruff", "check", "cutedsl_backend", "tests", "noxfile.py")
+
+
+@nox.session(name="compile", tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)
+@nox.parametrize("arch", ARCHS)
+def compile_matrix(session: nox.Session, arch: str) -> None:
+    """Compile-only matrix for one arch: budgets, SASS and spill gates (no GPU needed)."""
+    install_runtime(session)
+    tag = session.posargs[0] if session.posargs else "quick"
+    session.run("python", "-m", "cutedsl_backend", "validate", "--tag", tag, "--arch", arch,
+                "--out", "reports", "--compile-only")
+
+
+@nox.session(tags=["gpu", "standard", "full"], venv_backend=BACKEND)
+@nox.parametrize("arch", ARCHS)
+@nox.parametrize("dtype", DTYPES)
+def gpu(session: nox.Session, arch: str, dtype: str) -> None:
+    """GPU numerics for (arch, dtype); says 'not run: needs <arch>' elsewhere.
+    `-- --require-gpu` turns a missing GPU into a failure."""
+    install_runtime(session)
+    if not USE_SYSTEM:
+        session.install(*TEST_DEPS)
+    require = "--require-gpu" in session.posargs
+    env = {"CUTEDSL_REQUIRE_GPU": arch[:-1]} if require else {}
+    tests_dir = "tests/gpu"
+    session.run("python", "-m", "pytest", tests_dir, "-q", "-rs", "-m", "gpu",
+                "-n", os.environ.get("CUTEDSL_TEST_WORKERS", "8"), "-p", "no:cacheprovider",
+                "--arch-filter", arch[:-1], "--dtype-filter", dtype, env=env)
+
+
+@nox.session(tags=["gpu", "full"], venv_backend=BACKEND)
+def bench(session: nox.Session) -> None:
+    """TFLOP/s vs torch.matmul (cuBLAS) on the transformer shapes, in the same run."""
+    install_runtime(session)
+    session.run("python", "-m", "cutedsl_backend", "bench", *session.posargs)
+
+
+@nox.session(tags=["quick", "standard", "full"], venv_backend=BACKEND)
+def validate(session: nox.Session) -> None:
+    """The validation run: compile gates everywhere, GPU gates where the GPU matches, reports.
+    Posargs go to `python -m cutedsl_backend validate` (e.g. --tag standard --require-gpu)."""
+    install_runtime(session)
+    session.run("python", "-m", "cutedsl_backend", "validate", *session.posargs)
+
+
+@nox.session(tags=["full", "cpu"], venv_backend=BACKEND)
+@nox.parametrize("dsl", [DSL_OLDEST, DSL_NEWEST])
+def compile_versions(session: nox.Session, dsl: str) -> None:
+    """The compile-only matrix against the oldest and newest supported nvidia-cutlass-dsl."""
+    install_runtime(session, dsl=dsl)
+    session.run("python", "-m", "cutedsl_backend", "validate", "--tag", "quick", "--arch", "sm90a",
+                "--out", f"reports/dsl-{dsl}", "--compile-only")

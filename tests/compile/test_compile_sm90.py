@@ -1,0 +1,94 @@
+"""Compile-only checks for sm90a on a machine without a GPU: every quick config compiles, its
+SASS holds HGMMA and UTMALDG, nothing spills to local memory, compile time is recorded and held
+to the budget. The budget gate itself is the validation run's (median per config over cells);
+here each compile is held to the per-cell ceiling of budgets.json."""
+
+import json
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, quick_configs
+from cutedsl_backend.validation.budgets import load_budgets
+from cutedsl_backend.validation.matrix import REQUIRED_SASS
+
+pytestmark = pytest.mark.compile
+BUDGET = load_budgets()["families"]["sm90a/gemm"]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype, out_dtype, a_major, b_major", [
+    ("bfloat16", "bfloat16", "k", "n"),
+    ("float16", "float32", "m", "k"),
+])
+def test_quick_config_compiles_with_gates(cfg, dtype, out_dtype, a_major, b_major):
+    import cutedsl_backend as cb
+
+    k = cb.compile_gemm(1000, 1048, 776, dtype=dtype, out_dtype=out_dtype, a_major=a_major,
+                        b_major=b_major, config=cfg, use_cache=False)
+    counts = k.sass_counts()
+    for alts in REQUIRED_SASS[("sm90a", 16)]:
+        assert any(counts[op] for op in alts), (alts, counts)
+    assert counts["UTMASTG"] > 0  # the epilogue stores through TMA
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+    assert k.resources.local_bytes == 0, k.resources
+    assert 0 < k.compile_seconds <= BUDGET["cell_max_s"], k.compile_seconds
+    assert k.cubin[:4] == b"\x7fELF"
+    assert "sm_90a" in k.sass() or "SM90a" in k.sass() or "sm_90" in k.sass()
+
+
+def test_default_config_via_public_api_and_memory_cache():
+    import cutedsl_backend as cb
+
+    k1 = cb.compile_gemm(4096, 4096, 4096, dtype="bfloat16")
+    k2 = cb.compile_gemm(4096, 4096, 4096, dtype="bfloat16")
+    assert k1 is k2  # memory cache
+    assert k1.config.tile_k == 64 and k1.config.stages >= 2
+
+
+def test_bad_request_raises_before_compiling():
+    import cutedsl_backend as cb
+
+    with pytest.raises(cb.UnsupportedGemmError, match="alignment"):
+        cb.compile_gemm(64, 64, 100, dtype="bfloat16")
+    with pytest.raises(cb.UnsupportedGemmError, match="tile_m"):
+        cb.compile_gemm(64, 64, 64, dtype="bfloat16", config=GemmConfig(64, 64, schedule="cooperative"))
+
+
+def test_corrupt_disk_cache_entry_is_recompiled(tmp_path):
+    from cutedsl_backend import compiler
+    from cutedsl_backend.problem import make_problem
+
+    p = make_problem(512, 512, 512, dtype="float16")
+    cfg = quick_configs("sm90a")[5]
+    key = compiler._cache_key(p, cfg.resolved(p), ("identity",))
+    obj, cub, meta = compiler._disk_paths(key)
+    obj.parent.mkdir(parents=True)
+    obj.write_bytes(b"garbage")
+    cub.write_bytes(b"\x7fELFgarbage")
+    meta.write_text(json.dumps({"key": key, "compile_seconds": 1.0}))
+    compiler._MEMORY_CACHE.clear()
+    compiler._FAST_CACHE.clear()
+    k = compiler.get_kernel(p, cfg)
+    assert k.cache_hit == "" and k.compile_seconds > 0  # recompiled, not crashed
+    assert k.sass_counts()["HGMMA"] > 0
+
+
+def test_cache_key_separates_what_changes_code():
+    from cutedsl_backend import compiler
+    from cutedsl_backend.problem import make_problem
+
+    p = make_problem(512, 512, 512, dtype="float16")
+    q = make_problem(1024, 256, 64, dtype="float16")
+    cfg = quick_configs("sm90a")[0].resolved(p)
+    e = ("identity",)
+    assert compiler._cache_key(p, cfg, e) == compiler._cache_key(q, cfg, e)  # shape-generic
+    for other in (make_problem(512, 512, 512, dtype="bfloat16"),
+                  make_problem(512, 512, 512, dtype="float16", a_major="m"),
+                  make_problem(512, 512, 512, dtype="float16", out_dtype="float32")):
+        assert compiler._cache_key(other, cfg, e) != compiler._cache_key(p, cfg, e)
+    assert compiler._cache_key(p, cfg.replace(stages=3), e) != compiler._cache_key(p, cfg, e)

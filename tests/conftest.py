@@ -1,0 +1,64 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _gpu_arch():
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, "no CUDA GPU visible"
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm{major}{minor}", f"{torch.cuda.get_device_name()} (sm{major}{minor})"
+
+
+GPU_ARCH, GPU_DESC = _gpu_arch()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--arch-filter", default=None, help="keep only GPU tests for this arch (sm90, sm100)")
+    parser.addoption("--dtype-filter", default=None,
+                     help="keep only tests of this dtype; tests without a dtype run with bfloat16")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu(arch): needs a GPU of that arch (sm90 or sm100)")
+    config.addinivalue_line("markers", "compile: compiles CuTe DSL kernels on the CPU")
+
+
+def _keep(item, arch, dtype):
+    m = item.get_closest_marker("gpu")
+    if arch and (m is None or (m.args[0] if m.args else "sm90") != arch):
+        return False
+    if dtype:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return params.get("dtype", "bfloat16") == dtype
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    arch, dtype = config.getoption("--arch-filter"), config.getoption("--dtype-filter")
+    if arch or dtype:
+        keep = [i for i in items if _keep(i, arch, dtype)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+    require = [r for r in os.environ.get("CUTEDSL_REQUIRE_GPU", "").split(",") if r]
+    for item in items:
+        m = item.get_closest_marker("gpu")
+        if m is None:
+            continue
+        want = m.args[0] if m.args else "sm90"
+        have = GPU_ARCH or ""
+        ok = have == want or (want == "sm100" and have.startswith("sm10"))
+        if ok:
+            continue
+        reason = f"needs an {want} GPU (found: {GPU_DESC})"
+        if want in require:
+            raise pytest.UsageError(f"CUTEDSL_REQUIRE_GPU={want} but the GPU is missing: {reason}")
+        item.add_marker(pytest.mark.skip(reason=reason))

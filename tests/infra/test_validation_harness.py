@@ -1,0 +1,75 @@
+"""The validation harness: budgets gate, reports, matrix, and the repo wiring (README, CI, nox)."""
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cutedsl_backend.validation.budgets import check_budgets, load_budgets
+from cutedsl_backend.validation.matrix import TAGS, cells, unbuilt_archs
+from cutedsl_backend.validation.report import write_reports
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _res(cfg, secs, arch="sm90a"):
+    return {"id": f"{arch}/x/{cfg}", "gate": "compile", "status": "pass", "compile_seconds": secs,
+            "cell": {"arch": arch, "config": cfg}}
+
+
+def test_budget_gate_passes_fails_and_proposes():
+    b = load_budgets()
+    ok = check_budgets([_res("a", 1.0), _res("a", 1.2), _res("b", 0.8)], b)
+    assert ok["ok"] and ok["configs"]["a"]["median_s"] == 1.1
+    slow = check_budgets([_res("a", 4.0), _res("a", 4.5), _res("a", 1.0)], b)
+    assert not slow["ok"] and slow["regressions"]
+    spike = check_budgets([_res("a", 1.0), _res("a", 1.0), _res("a", 9.0)], b)
+    assert not spike["ok"]  # one cell over the per-cell ceiling
+    fast = check_budgets([_res("a", 0.2), _res("a", 0.3)], b)
+    assert fast["improvements"] and fast["proposed"]["families"]["sm90a/gemm"]["measured_median_s"] == 0.25
+
+
+def test_matrix_tags_and_unbuilt_arch():
+    q, s, f = (cells(t, ("sm90a",)) for t in TAGS)
+    assert 0 < len(q) < len(s) < len(f)
+    assert len({c.id for c in s}) == len(s)
+    assert "sm100a" in unbuilt_archs(("sm90a", "sm100a"))
+
+
+def test_reports_are_written_and_count_skips(tmp_path):
+    results = [
+        _res("a", 1.0),
+        {"id": "sm90a/x/a", "gate": "gpu", "status": "skip", "reason": "not run: needs sm90 GPU",
+         "cell": {"arch": "sm90a"}},
+        {"id": "sm90a/x/b", "gate": "gpu", "status": "fail", "reason": "numerics off",
+         "cell": {"arch": "sm90a"}},
+    ]
+    b = check_budgets(results[:1], load_budgets())
+    report = {"schema": 1, "environment": {"python": "3"}, "results": results, "perf": None,
+              "summary": {"run_id": "t", "tag": "quick", "seconds": 1.0, "ok": False,
+                          "skips_by_reason": {"not run: needs sm90 GPU": 1}, "budgets": b}}
+    paths = write_reports(report, tmp_path)
+    md = paths["markdown"].read_text()
+    assert "FAIL" in md and "not run: needs sm90 GPU | 1" in md and "numerics off" in md
+    root = ET.parse(paths["junit"]).getroot()
+    assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
+    assert json.loads(paths["json"].read_text())["summary"]["run_id"] == "t"
+
+
+def test_readme_commands_and_ci_agree():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    m = re.search(r"<!-- test-command -->\s*```(?:bash|sh)?\n(.+?)\n```", readme, re.S)
+    assert m, "README must mark its test command"
+    test_cmd = m.group(1).strip()
+    assert test_cmd in ci, "'.ci/run' must call the README's test command"
+    assert re.search(r"<!-- main-command -->\s*```", readme)
+
+
+def test_nox_sessions_exist():
+    text = (ROOT / "noxfile.py").read_text()
+    for name in ("def tests", "def lint", "def compile_matrix", "def gpu", "def bench", "def validate",
+                 "def compile_versions"):
+        assert name in text

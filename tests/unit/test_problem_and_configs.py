@@ -1,0 +1,132 @@
+"""Input rules and config rules (pure Python: no GPU, no DSL)."""
+
+import pytest
+
+from cutedsl_backend.configs import (
+    GemmConfig,
+    check_config,
+    config_space,
+    default_config,
+    heuristic_score,
+    is_valid,
+    max_stages,
+    quick_configs,
+    rank_configs,
+)
+from cutedsl_backend.problem import (
+    GemmProblem,
+    UnsupportedGemmError,
+    arch_for_capability,
+    check_strides,
+    make_problem,
+)
+
+
+def test_error_is_value_error():
+    assert issubclass(UnsupportedGemmError, ValueError)
+
+
+@pytest.mark.parametrize("kw, rule", [
+    (dict(m=64, n=64, k=100, dtype="bfloat16"), "alignment"),            # A row stride 100*2 B
+    (dict(m=100, n=64, k=64, dtype="bfloat16", a_major="m"), "alignment"),
+    (dict(m=64, n=100, k=64, dtype="float16"), "alignment"),             # B and out rows
+    (dict(m=64, n=64, k=64, dtype="float32"), "dtype"),
+    (dict(m=64, n=64, k=64, dtype="bfloat16", out_dtype="float16"), "out_dtype"),
+    (dict(m=64, n=64, k=64, dtype="bfloat16", a_major="x"), "layout"),
+    (dict(m=64, n=64, k=64, dtype="bfloat16", arch="sm80"), "arch"),
+    (dict(m=-1, n=64, k=64, dtype="bfloat16"), "shape"),
+    (dict(m=64, n=64, k=64, dtype="int8"), "dtype"),
+])
+def test_bad_problems_name_the_rule(kw, rule):
+    with pytest.raises(UnsupportedGemmError, match=rule):
+        make_problem(**kw)
+
+
+def test_good_problems():
+    p = make_problem(333, 264, 520, dtype="bfloat16")
+    assert p.out_dtype == "bfloat16" and p.a_major == "k" and p.b_major == "n"
+    p = make_problem(64, 64, 100, dtype="float16", a_major="m", b_major="n", out_dtype="float32")
+    assert p.out_dtype == "float32"
+    import torch
+
+    assert make_problem(8, 8, 8, dtype=torch.float16).dtype == "float16"
+
+
+def test_strided_rules():
+    check_strides("a", (0, 1040, 1), "bfloat16", 2)
+    with pytest.raises(UnsupportedGemmError, match="alignment"):
+        check_strides("a", (0, 1001, 1), "bfloat16", 2)
+    with pytest.raises(UnsupportedGemmError, match="unit stride"):
+        check_strides("a", (0, 8, 2), "bfloat16", 2)
+
+
+@pytest.mark.parametrize("cap, arch", [((9, 0), "sm90a"), ((10, 0), "sm100a"), ((10, 3), "sm100a")])
+def test_capability_dispatch(cap, arch):
+    assert arch_for_capability(*cap) == arch
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 9), (12, 0), (9, 1)])
+def test_capability_refused(cap):
+    with pytest.raises(UnsupportedGemmError, match="device"):
+        arch_for_capability(*cap)
+
+
+P = GemmProblem(4096, 4096, 4096)
+
+
+@pytest.mark.parametrize("cfg, rule", [
+    (GemmConfig(64, 128, schedule="cooperative"), "tile_m"),
+    (GemmConfig(256, 128, schedule="pingpong"), "tile_m"),
+    (GemmConfig(128, 256, schedule="pingpong"), "accumulator registers"),
+    (GemmConfig(128, 80), "tile_n"),
+    (GemmConfig(128, 128, cluster_m=4), "cluster"),
+    (GemmConfig(128, 128, tile_k=32), "tile_k"),
+    (GemmConfig(128, 128, stages=12), "shared memory"),
+    (GemmConfig(128, 128, schedule="splitk"), "schedule"),
+    (GemmConfig(128, 128, raster="z"), "raster"),
+    (GemmConfig(128, 128, two_cta=True), "two_cta"),
+])
+def test_config_rules(cfg, rule):
+    with pytest.raises(UnsupportedGemmError, match=rule):
+        check_config(cfg, P)
+
+
+def test_smem_fits_and_stage_count():
+    cfg = GemmConfig(128, 256)
+    s = max_stages(cfg, P)
+    assert s == 4  # 48 KiB per stage + 32 KiB epilogue in 227 KiB
+    assert is_valid(cfg.replace(stages=4), P) and not is_valid(cfg.replace(stages=5), P)
+    assert GemmConfig(128, 128).resolved(P).tile_k == 64
+
+
+def test_space_and_quick_set_are_valid():
+    space = config_space("sm90a")
+    assert len(space) >= 48
+    assert {c.schedule for c in space} == {"cooperative", "pingpong"}
+    for c in quick_configs("sm90a"):
+        check_config(c, P)
+    assert {c.schedule for c in quick_configs("sm90a")} == {"cooperative", "pingpong"}
+    assert any(c.cluster_m * c.cluster_n > 1 for c in quick_configs("sm90a"))
+
+
+@pytest.mark.parametrize("shape", [(8192, 8192, 8192), (4096, 14336, 4096), (16, 8192, 8192),
+                                   (128, 8192, 8192), (1, 64, 64), (200, 392, 520)])
+def test_heuristic_picks_a_valid_config(shape):
+    p = GemmProblem(*shape)
+    cfg = default_config(p)
+    check_config(cfg, p)
+    ranked = rank_configs(p)
+    assert ranked[0] == cfg
+    assert heuristic_score(ranked[0], p) <= heuristic_score(ranked[-1], p)
+
+
+def test_heuristic_prefers_big_tiles_for_big_problems_and_small_for_decode():
+    big = default_config(GemmProblem(8192, 8192, 8192))
+    assert big.tile_m * big.tile_n >= 128 * 192
+    dec = default_config(GemmProblem(16, 8192, 8192))
+    assert dec.tile_m == 64  # a decode GEMM does not pay for 128 rows of padding
+
+
+def test_config_names_are_unique():
+    names = [c.name for c in config_space("sm90a")]
+    assert len(names) == len(set(names))

@@ -1,0 +1,55 @@
+"""The tolerance policy must pass honest results and catch wrong ones (NaN never passes)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cutedsl_backend.validation.tolerances import compare, tolerance  # noqa: E402
+
+
+def _case(out_dtype, k=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(64, k, generator=g).to(torch.bfloat16)
+    b = torch.randn(k, 96, generator=g).to(torch.bfloat16)
+    ref = a.double() @ b.double()
+    out = (a.float() @ b.float()).to(getattr(torch, out_dtype))
+    return out, ref
+
+
+@pytest.mark.parametrize("od", ["bfloat16", "float16", "float32"])
+def test_honest_result_passes(od):
+    out, ref = _case(od)
+    assert compare(out, ref, od, 512)["ok"]
+
+
+@pytest.mark.parametrize("od", ["bfloat16", "float16", "float32"])
+def test_wrong_results_fail(od):
+    out, ref = _case(od)
+    for corrupt in (
+        lambda o: o.index_fill_(0, torch.tensor([3]), 0.0),       # an unwritten row
+        lambda o: o.mul_(1.02),                                   # a 2% scale error
+        lambda o: o.index_fill_(1, torch.tensor([95]), float("nan")),  # NaN in a tail column
+        lambda o: o.copy_(o.flip(0)),                             # transposed/misplaced tile
+    ):
+        bad = out.clone()
+        corrupt(bad)
+        assert not compare(bad, ref, od, 512)["ok"]
+
+
+def test_nan_never_passes_even_where_tolerance_is_loose():
+    out, ref = _case("bfloat16")
+    out[0, 0] = float("nan")
+    m = compare(out, ref, "bfloat16", 512)
+    assert not m["ok"] and m["n_nonfinite"] == 1
+
+
+def test_nan_in_reference_must_match():
+    out, ref = _case("float32")
+    ref[1, 1] = float("nan")
+    out[1, 1] = float("nan")
+    assert compare(out, ref, "float32", 512)["ok"]
+
+
+def test_tolerance_grows_with_k_and_output_precision():
+    assert tolerance("bfloat16", 4096).atol > tolerance("float16", 4096).atol > tolerance("float32", 4096).atol
+    assert tolerance("float32", 16384).atol > tolerance("float32", 64).atol
