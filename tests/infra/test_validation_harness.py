@@ -5,8 +5,6 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import TAGS, cells, unbuilt_archs
 from cutedsl_backend.validation.report import write_reports
