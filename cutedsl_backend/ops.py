@@ -60,13 +60,9 @@ def _operand_major(t: torch.Tensor, rows_dim: int, cols_dim: int, row_major: str
 
 
 def _as_rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> torch.Tensor:
-    """(L, R, C) -> (R, C, L) view; for L == 1 the batch stride is set to an aligned extent."""
-    L, R, C = t.shape
-    sl, sr, sc = t.stride()
-    if L == 1:
-        sl = sr * R if cols_contiguous else sc * C
-        sl = max(align, -(-sl // align) * align)
-    return t.as_strided((R, C, L), (sr, sc, sl))
+    """The (R, C, L) view of an (L, R, C) tensor that ``_rcl`` describes."""
+    _, shape, strides = _rcl(t, cols_contiguous, align)
+    return t.as_strided(shape, strides)
 
 
 def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
@@ -125,21 +121,39 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
     return problem, a3, b3
 
 
-def _launch(problem: GemmProblem, a3, b3, out3, config: Optional[GemmConfig]) -> None:
-    import cuda.bindings.driver as cuda
+def _rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
+    """(L, R, C) tensor -> (data_ptr, (R, C, L), strides) of its (R, C, L) view.
 
+    For L == 1 the batch stride is replaced by an aligned extent (TMA checks every stride)."""
+    L, R, C = t.shape
+    sl, sr, sc = t.stride()
+    if L == 1:
+        sl = sr * R if cols_contiguous else sc * C
+        sl = max(align, -(-sl // align) * align)
+    return t.data_ptr(), (R, C, L), (sr, sc, sl)
+
+
+def _launch(problem: GemmProblem, a3, b3, out3, config: Optional[GemmConfig]) -> None:
     from .compiler import get_kernel
 
     kernel = get_kernel(problem, config)
     in_align = 16 // a3.element_size()
-    mA = _as_rcl(a3, problem.a_major == "k", in_align)
-    # b is (L, K, N); the kernel wants (N, K, L)
-    mB = _as_rcl(b3.transpose(1, 2), problem.b_major == "k", in_align)
-    mC = _as_rcl(out3, True, 16 // out3.element_size())
-    cluster = kernel.config.cluster_m * kernel.config.cluster_n
+    bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
+    operands = (
+        _rcl(a3, problem.a_major == "k", in_align),
+        _rcl(bt, problem.b_major == "k", in_align),
+        _rcl(out3, True, 16 // out3.element_size()),
+    )
     index = a3.device.index if a3.device.index is not None else torch.cuda.current_device()
-    stream = cuda.CUstream(torch.cuda.current_stream(a3.device).cuda_stream)
-    kernel(mA, mB, mC, _max_clusters(index, cluster), stream)
+    cfg = kernel.config
+    stream = torch.cuda.current_stream(a3.device).cuda_stream
+
+    def views():
+        return tuple(_as_rcl(t, cc, al) for t, cc, al in (
+            (a3, problem.a_major == "k", in_align), (bt, problem.b_major == "k", in_align),
+            (out3, True, 16 // out3.element_size())))
+
+    kernel.launch(operands, _max_clusters(index, cfg.cluster_m * cfg.cluster_n), stream, views)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
