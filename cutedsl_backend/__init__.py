@@ -15,11 +15,10 @@ __all__ = ["gemm", "compile_gemm", "GemmConfig", "UnsupportedGemmError", "__vers
 
 def __getattr__(name):
     if name == "gemm":
-        from .ops import gemm
-
-        return gemm
-    if name == "compile_gemm":
-        from .compiler import compile_gemm
-
-        return compile_gemm
-    raise AttributeError(f"module 'cutedsl_backend' has no attribute {name!r}")
+        from .ops import gemm as value
+    elif name == "compile_gemm":
+        from .compiler import compile_gemm as value
+    else:
+        raise AttributeError(f"module 'cutedsl_backend' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this hook
+    return value

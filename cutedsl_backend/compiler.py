@@ -126,23 +126,27 @@ class CompiledGemm:
             raise RuntimeError("this CompiledGemm has no callable (artifacts only)")
         return self._fn(*args)
 
-    def launch(self, operands: tuple, max_clusters: int, stream_handle: int, views) -> None:
-        """Launch on (ptr, shape(3), strides(3)) operands; ``views()`` gives the same operands as
-        (M,K,L)/(N,K,L)/(M,N,L) torch views for the DSL's own argument path.
+    def arg_pack(self, shapes: tuple, strides: tuple, max_clusters: int) -> "ArgPack":
+        """Argument structs for one operand geometry (the eager API caches one per geometry)."""
+        return ArgPack(self, shapes, strides, max_clusters)
 
-        The DSL's generic argument marshalling costs ~50-90 us a call; the fast path fills the
-        kernel's argument structs directly (~5 us). It is enabled per kernel only after its
-        bytes matched the DSL's own marshalling of a real call, else the DSL path is kept.
+    def launch(self, pack: "ArgPack", ptrs: tuple, stream_handle: int, views) -> None:
+        """Launch with ``pack``'s geometry on the data at ``ptrs``; ``views()`` gives the same
+        operands as (M,K,L)/(N,K,L)/(M,N,L) torch views for the DSL's own argument path.
+
+        The DSL's generic argument marshalling costs ~50-90 us a call; filling the kernel's
+        argument structs directly costs a few. The direct path is enabled per kernel only after
+        its bytes matched the DSL's own marshalling of a real call; otherwise the DSL path runs.
         """
         if self._fast is None:
-            self._fast = _FastLauncher.verify(self, operands, max_clusters, stream_handle, views)
+            self._fast = pack.matches_dsl(ptrs, stream_handle, views)
         if self._fast:
-            self._fast.launch(operands, max_clusters, stream_handle)
+            pack.launch(ptrs, stream_handle)
         else:
             import cuda.bindings.driver as cuda
 
             a, b, c = views()
-            self._fn(a, b, c, max_clusters, cuda.CUstream(stream_handle))
+            self._fn(a, b, c, pack.clusters.value, cuda.CUstream(stream_handle))
 
 
 class _Desc3(ctypes.Structure):
@@ -151,49 +155,51 @@ class _Desc3(ctypes.Structure):
     _fields_ = [("ptr", ctypes.c_void_p), ("shape", ctypes.c_int32 * 3), ("stride", ctypes.c_int64 * 2)]
 
 
-class _FastLauncher:
-    def __init__(self, fn, problem: GemmProblem):
-        self.fn = fn
+class ArgPack:
+    """The compiled function's arguments as C structs: A, B, C descriptors, clusters, stream."""
+
+    def __init__(self, cg: "CompiledGemm", shapes: tuple, strides: tuple, max_clusters: int):
+        self.fn = cg._fn
+        self.name = cg.config.name
+        p = cg.problem
         # which mode of (M,K,L), (N,K,L), (M,N,L) has the static unit stride
-        self.unit = (1 if problem.a_major == "k" else 0, 1 if problem.b_major == "k" else 0, 1)
+        units = (1 if p.a_major == "k" else 0, 1 if p.b_major == "k" else 0, 1)
         self.descs = (_Desc3(), _Desc3(), _Desc3())
-        self.clusters = ctypes.c_int32()
+        for d, unit, shape, st in zip(self.descs, units, shapes, strides):
+            d.shape[0], d.shape[1], d.shape[2] = shape
+            d.stride[0], d.stride[1] = [s for i, s in enumerate(st) if i != unit]
+        self.clusters = ctypes.c_int32(max_clusters)
         self.stream = ctypes.c_void_p()
         self.args = [ctypes.addressof(d) for d in self.descs] + [
             ctypes.addressof(self.clusters), ctypes.addressof(self.stream)]
 
-    def fill(self, operands, max_clusters, stream_handle):
-        for d, unit, (ptr, shape, strides) in zip(self.descs, self.unit, operands):
-            d.ptr = ptr
-            d.shape[0], d.shape[1], d.shape[2] = shape
-            d.stride[0], d.stride[1] = [s for i, s in enumerate(strides) if i != unit]
-        self.clusters.value = max_clusters
+    def launch(self, ptrs: tuple, stream_handle: int) -> None:
+        a, b, c = self.descs
+        a.ptr, b.ptr, c.ptr = ptrs
         self.stream.value = stream_handle
-
-    def launch(self, operands, max_clusters, stream_handle):
-        self.fill(operands, max_clusters, stream_handle)
         self.fn.run_compiled_program(self.args)
 
-    @classmethod
-    def verify(cls, cg: "CompiledGemm", operands, max_clusters, stream_handle, views):
-        """A launcher if our marshalling equals the DSL's for this call, else False."""
+    def matches_dsl(self, ptrs, stream_handle, views) -> bool:
+        """True if these structs equal the DSL's own marshalling of the same call."""
         try:
             import cuda.bindings.driver as cuda
 
-            fast = cls(cg._fn, cg.problem)
-            fast.fill(operands, max_clusters, stream_handle)
+            for d, ptr in zip(self.descs, ptrs):
+                d.ptr = ptr
+            self.stream.value = stream_handle
             a, b, c = views()
-            ref_args, _keep = cg._fn.generate_execution_args(a, b, c, max_clusters, cuda.CUstream(stream_handle))
+            ref_args, _keep = self.fn.generate_execution_args(a, b, c, self.clusters.value,
+                                                              cuda.CUstream(stream_handle))
             sizes = [ctypes.sizeof(_Desc3)] * 3 + [4, 8]
-            if len(ref_args) != len(fast.args):
-                raise ValueError(f"{len(ref_args)} args, expected {len(fast.args)}")
-            for ours, theirs, n in zip(fast.args, ref_args, sizes):
+            if len(ref_args) != len(self.args):
+                raise ValueError(f"{len(ref_args)} args, expected {len(self.args)}")
+            for ours, theirs, n in zip(self.args, ref_args, sizes):
                 addr = theirs.value if isinstance(theirs, ctypes.c_void_p) else int(theirs)
                 if ctypes.string_at(ours, n) != ctypes.string_at(addr, n):
                     raise ValueError("argument bytes differ")
-            return fast
+            return True
         except Exception as e:  # keep the DSL's path: slower, never wrong
-            log.info("fast launch disabled for %s: %s", cg.config.name, e)
+            log.info("direct launch disabled for %s: %s", self.name, e)
             return False
 
 

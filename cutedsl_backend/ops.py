@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Optional
 
 import torch
@@ -133,27 +134,110 @@ def _rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
     return t.data_ptr(), (R, C, L), (sr, sc, sl)
 
 
-def _launch(problem: GemmProblem, a3, b3, out3, config: Optional[GemmConfig]) -> None:
+def _views(problem: GemmProblem, a3, bt, out3):
+    """The (M,K,L), (N,K,L), (M,N,L) torch views the compiled function takes."""
+    in_align = 16 // a3.element_size()
+    return (_as_rcl(a3, problem.a_major == "k", in_align), _as_rcl(bt, problem.b_major == "k", in_align),
+            _as_rcl(out3, True, 16 // out3.element_size()))
+
+
+class _Plan:
+    """What an eager call needs that depends only on the operands' geometry, validated once:
+    the kernel, its argument structs, the result's shape. Calls of the same geometry reuse it."""
+
+    def __init__(self, problem: GemmProblem, kernel, a3, b3, out3, result_shape, device):
+        self.problem = problem
+        self.kernel = kernel
+        self.device = device
+        self.shape3 = tuple(out3.shape)
+        self.out_dtype = out3.dtype
+        self.result_shape = result_shape
+        self.a_shape3 = tuple(a3.shape)
+        self.a_strides3 = tuple(a3.stride())
+        self.b_shape3 = tuple(b3.shape)
+        self.b_strides3 = tuple(b3.stride())
+        bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
+        in_align = 16 // a3.element_size()
+        geo = (_rcl(a3, problem.a_major == "k", in_align), _rcl(bt, problem.b_major == "k", in_align),
+               _rcl(out3, True, 16 // out3.element_size()))
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        cfg = kernel.config
+        self.pack = kernel.arg_pack(tuple(g[1] for g in geo), tuple(g[2] for g in geo),
+                                    _max_clusters(index, cfg.cluster_m * cfg.cluster_n))
+
+    def run(self, a, b, out):
+        if out is None:
+            out = torch.empty(self.result_shape, dtype=self.out_dtype, device=self.device)
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        if (pa | pb | pc) % 16:
+            raise UnsupportedGemmError("alignment: data pointers of a, b and out must be 16-byte aligned")
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+
+        def views():  # only for the one-time check of the direct launch path
+            a3 = a.as_strided(self.a_shape3, self.a_strides3)
+            b3 = b.as_strided(self.b_shape3, self.b_strides3)
+            return _views(self.problem, a3, b3.transpose(1, 2), out.view(self.shape3))
+
+        self.kernel.launch(self.pack, (pa, pb, pc), stream, views)
+        return out
+
+
+# per thread: a plan's argument structs are filled in place at each call
+_TLS = threading.local()
+_MAX_PLANS = 4096
+
+
+def _make_plan(a, b, out_dtype, config, out) -> Optional[_Plan]:
+    """Validate a call; a _Plan for the common case, or None when the call needs the general
+    path (empty problems, K == 0, a batch-broadcast operand that has to be materialized)."""
     from .compiler import get_kernel
 
-    kernel = get_kernel(problem, config)
-    in_align = 16 // a3.element_size()
-    bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
-    operands = (
-        _rcl(a3, problem.a_major == "k", in_align),
-        _rcl(bt, problem.b_major == "k", in_align),
-        _rcl(out3, True, 16 // out3.element_size()),
-    )
-    index = a3.device.index if a3.device.index is not None else torch.cuda.current_device()
-    cfg = kernel.config
-    stream = torch.cuda.current_stream(a3.device).cuda_stream
+    problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    out_t = getattr(torch, problem.out_dtype)
+    shape3 = (problem.batch, problem.m, problem.n)
+    if out is not None:
+        _check_out(out, shape3, out_t, a.device)
+    if not (problem.m and problem.n and problem.k):
+        return None
+    if a3.data_ptr() != a.data_ptr() or b3.data_ptr() != b.data_ptr():
+        return None
+    if a.dim() == 2 and b.dim() == 2:
+        result_shape = (problem.m, problem.n)
+    elif a.dim() == 3 and b.dim() == 2 and problem.batch == 1:
+        result_shape = (a.shape[0], a.shape[1], problem.n)  # includes the folded (L*M, K) case
+    else:
+        result_shape = shape3
+    out3 = _check_out(out, shape3, out_t, a.device) if out is not None else torch.empty(
+        shape3, dtype=out_t, device=a.device)
+    return _Plan(problem, get_kernel(problem, config), a3, b3, out3, result_shape, a.device)
 
-    def views():
-        return tuple(_as_rcl(t, cc, al) for t, cc, al in (
-            (a3, problem.a_major == "k", in_align), (bt, problem.b_major == "k", in_align),
-            (out3, True, 16 // out3.element_size())))
 
-    kernel.launch(operands, _max_clusters(index, cfg.cluster_m * cfg.cluster_n), stream, views)
+def _gemm_general(a, b, out_dtype, config, out):
+    """Calls without a plan: empty results, K == 0, materialized batch broadcasts."""
+    from .compiler import get_kernel
+
+    problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    out_t = getattr(torch, problem.out_dtype)
+    shape3 = (problem.batch, problem.m, problem.n)
+    out3 = torch.empty(shape3, dtype=out_t, device=a.device) if out is None else _check_out(
+        out, shape3, out_t, a.device)
+    if problem.m and problem.n:
+        if problem.k == 0:
+            out3.zero_()
+        else:
+            kernel = get_kernel(problem, config)
+            bt = b3.transpose(1, 2)
+            plan = _Plan(problem, kernel, a3, b3, out3, shape3, a.device)
+            kernel.launch(plan.pack, (a3.data_ptr(), b3.data_ptr(), out3.data_ptr()),
+                          torch.cuda.current_stream(a.device).cuda_stream,
+                          lambda: _views(problem, a3, bt, out3))
+    if out is not None:
+        return out
+    if a.dim() == 2 and b.dim() == 2:
+        return out3[0]
+    if a.dim() == 3 and b.dim() == 2 and problem.batch == 1 and problem.m != a.shape[1]:
+        return out3.view(a.shape[0], a.shape[1], problem.n)
+    return out3
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
@@ -171,25 +255,22 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] =
 
     Raises :class:`UnsupportedGemmError` (a ValueError) naming the rule an input breaks.
     """
-    problem, a3, b3 = _prepare(a, b, out_dtype, config)
-    out_t = getattr(torch, problem.out_dtype)
-    shape3 = (problem.batch, problem.m, problem.n)
-    if out is None:
-        out3 = torch.empty(shape3, dtype=out_t, device=a.device)
-    else:
-        out3 = _check_out(out, shape3, out_t, a.device)
-    if problem.m and problem.n:
-        if problem.k == 0:
-            out3.zero_()
-        else:
-            _launch(problem, a3, b3, out3, config)
-    if out is not None:
-        return out
-    if a.dim() == 2 and b.dim() == 2:
-        return out3[0]
-    if a.dim() == 3 and b.dim() == 2 and problem.batch == 1 and problem.m != a.shape[1]:
-        return out3.view(a.shape[0], a.shape[1], problem.n)  # the folded (L*M, K) case
-    return out3
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        raise UnsupportedGemmError("a and b must be torch.Tensors")
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, out_dtype, config,
+           None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+    plans = getattr(_TLS, "plans", None)
+    if plans is None:
+        plans = _TLS.plans = {}
+    plan = plans.get(key)
+    if plan is None:
+        plan = _make_plan(a, b, out_dtype, config, out)
+        if plan is None:
+            return _gemm_general(a, b, out_dtype, config, out)
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+    return plan.run(a, b, out)
 
 
 def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:

@@ -82,7 +82,8 @@ def markdown(report: dict) -> str:
             out += ["", f"Warm disk-cache load: {w['reason']}"]
         else:
             out += ["", f"Warm disk-cache load: {w['seconds']:.3f} s (budget {w['budget_s']} s, "
-                        f"hit: {w['cache_hit'] or 'none'}) {'ok' if w['ok'] else 'FAILED'}"]
+                        f"hit: {w['cache_hit'] or 'none'}) {'ok' if w['ok'] else 'FAILED'}; first use in a "
+                        f"fresh process, DSL import included: {w.get('first_use_seconds', 0):.2f} s"]
     for x in b.get("regressions", []):
         out.append(f"- regression: {x}")
     for x in b.get("improvements", []):
