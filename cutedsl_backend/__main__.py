@@ -30,6 +30,11 @@ def main(argv=None) -> int:
     s.add_argument("--shapes", default="all")
     s.add_argument("--dtype", default="bfloat16")
     s.add_argument("--json")
+    e = sub.add_parser("bench-epilogue", help="fused epilogues vs bare GEMM, cuBLASLt, eager, torch.compile")
+    e.add_argument("--shape", default="4096x14336x4096")
+    e.add_argument("--dtype", default="bfloat16")
+    e.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    e.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
     c.add_argument("--dtype", default="bfloat16")
@@ -65,6 +70,15 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"x".join(map(str, k)): v for k, v in res.items()}, f, indent=1)
+        return 0
+    if args.cmd == "bench-epilogue":
+        from .validation.bench import bench_epilogues
+
+        m, n, k = (int(x) for x in args.shape.split("x"))
+        rows = bench_epilogues(m, n, k, args.dtype, with_compile=not args.no_compile)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return 0
     if args.cmd == "compile":
         from .compiler import compile_gemm

@@ -47,7 +47,8 @@ def cache_dir() -> Path:
 def kernel_source_hash() -> str:
     """Hash of everything that shapes generated code: kernels, configs, epilogue, this file."""
     root = Path(__file__).parent
-    files = sorted((root / "kernels").glob("*.py")) + [root / "configs.py", root / "compiler.py"]
+    files = sorted((root / "kernels").glob("*.py")) + [root / "configs.py", root / "compiler.py",
+                                                       root / "epilogue.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())
@@ -89,7 +90,7 @@ class CompiledGemm:
 
     problem: GemmProblem
     config: GemmConfig
-    epilogue_key: tuple
+    epilogue: Any  # kernels.epilogue.EpilogueSpec
     key: str
     compile_seconds: float
     cubin: bytes
@@ -126,77 +127,92 @@ class CompiledGemm:
             raise RuntimeError("this CompiledGemm has no callable (artifacts only)")
         return self._fn(*args)
 
-    def arg_pack(self, shapes: tuple, strides: tuple, max_clusters: int) -> "ArgPack":
-        """Argument structs for one operand geometry (the eager API caches one per geometry)."""
-        return ArgPack(self, shapes, strides, max_clusters)
+    def arg_pack(self, descs: list, max_clusters: int) -> "ArgPack":
+        """Argument structs for one operand geometry (the eager API caches one per geometry).
+        ``descs``: (shape, dynamic strides) of each tensor argument present, in call order."""
+        return ArgPack(self, descs, max_clusters)
 
-    def launch(self, pack: "ArgPack", ptrs: tuple, stream_handle: int, views) -> None:
-        """Launch with ``pack``'s geometry on the data at ``ptrs``; ``views()`` gives the same
-        operands as (M,K,L)/(N,K,L)/(M,N,L) torch views for the DSL's own argument path.
+    def launch(self, pack: "ArgPack", ptrs: tuple, alpha: float, beta: float, stream_handle: int,
+               views) -> None:
+        """Launch with ``pack``'s geometry on the data at ``ptrs``; ``views()`` gives the tensor
+        arguments (None where absent) as torch views for the DSL's own argument path.
 
         The DSL's generic argument marshalling costs ~50-90 us a call; filling the kernel's
         argument structs directly costs a few. The direct path is enabled per kernel only after
         its bytes matched the DSL's own marshalling of a real call; otherwise the DSL path runs.
         """
         if self._fast is None:
-            self._fast = pack.matches_dsl(ptrs, stream_handle, views)
+            self._fast = pack.matches_dsl(ptrs, alpha, beta, stream_handle, views)
         if self._fast:
-            pack.launch(ptrs, stream_handle)
+            pack.launch(ptrs, alpha, beta, stream_handle)
         else:
             import cuda.bindings.driver as cuda
+            from cutlass import Float32
 
-            a, b, c = views()
-            self._fn(a, b, c, pack.clusters.value, cuda.CUstream(stream_handle))
+            self._fn(*views(), Float32(alpha), Float32(beta), pack.clusters.value,
+                     cuda.CUstream(stream_handle))
 
 
-class _Desc3(ctypes.Structure):
-    # the DSL's memref descriptor for a rank-3 tensor with one static unit stride:
-    # data pointer, three int32 extents, the two other strides as int64
-    _fields_ = [("ptr", ctypes.c_void_p), ("shape", ctypes.c_int32 * 3), ("stride", ctypes.c_int64 * 2)]
+@functools.lru_cache(None)
+def _desc_type(rank: int, dynamic_strides: int):
+    """The DSL's memref descriptor: data pointer, int32 extents, the non-static strides (int64)."""
+    return type(f"Desc{rank}_{dynamic_strides}", (ctypes.Structure,), {"_fields_": [
+        ("ptr", ctypes.c_void_p), ("shape", ctypes.c_int32 * rank),
+        ("stride", ctypes.c_int64 * dynamic_strides)]})
 
 
 class ArgPack:
-    """The compiled function's arguments as C structs: A, B, C descriptors, clusters, stream."""
+    """The compiled function's arguments as C structs: tensor descriptors, alpha, beta,
+    cluster count, stream."""
 
-    def __init__(self, cg: "CompiledGemm", shapes: tuple, strides: tuple, max_clusters: int):
+    def __init__(self, cg: "CompiledGemm", descs: list, max_clusters: int):
         self.fn = cg._fn
         self.name = cg.config.name
-        p = cg.problem
-        # which mode of (M,K,L), (N,K,L), (M,N,L) has the static unit stride
-        units = (1 if p.a_major == "k" else 0, 1 if p.b_major == "k" else 0, 1)
-        self.descs = (_Desc3(), _Desc3(), _Desc3())
-        for d, unit, shape, st in zip(self.descs, units, shapes, strides):
-            d.shape[0], d.shape[1], d.shape[2] = shape
-            d.stride[0], d.stride[1] = [s for i, s in enumerate(st) if i != unit]
+        self.descs = []
+        for shape, dyn in descs:
+            d = _desc_type(len(shape), len(dyn))()
+            for i, v in enumerate(shape):
+                d.shape[i] = v
+            for i, v in enumerate(dyn):
+                d.stride[i] = v
+            self.descs.append(d)
+        self.alpha = ctypes.c_float(1.0)
+        self.beta = ctypes.c_float(0.0)
         self.clusters = ctypes.c_int32(max_clusters)
         self.stream = ctypes.c_void_p()
-        self.args = [ctypes.addressof(d) for d in self.descs] + [
-            ctypes.addressof(self.clusters), ctypes.addressof(self.stream)]
+        self.scalars = (self.alpha, self.beta, self.clusters, self.stream)
+        self.args = [ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
 
-    def launch(self, ptrs: tuple, stream_handle: int) -> None:
-        a, b, c = self.descs
-        a.ptr, b.ptr, c.ptr = ptrs
+    def _fill(self, ptrs, alpha, beta, stream_handle):
+        for d, p in zip(self.descs, ptrs):
+            d.ptr = p
+        self.alpha.value = alpha
+        self.beta.value = beta
         self.stream.value = stream_handle
+
+    def launch(self, ptrs: tuple, alpha: float, beta: float, stream_handle: int) -> None:
+        self._fill(ptrs, alpha, beta, stream_handle)
         self.fn.run_compiled_program(self.args)
 
-    def matches_dsl(self, ptrs, stream_handle, views) -> bool:
-        """True if these structs equal the DSL's own marshalling of the same call."""
+    def matches_dsl(self, ptrs, alpha, beta, stream_handle, views) -> bool:
+        """True if these structs hold the same bytes as the DSL's own marshalling of the call
+        (field by field: padding is not compared)."""
         try:
             import cuda.bindings.driver as cuda
+            from cutlass import Float32
 
-            for d, ptr in zip(self.descs, ptrs):
-                d.ptr = ptr
-            self.stream.value = stream_handle
-            a, b, c = views()
-            ref_args, _keep = self.fn.generate_execution_args(a, b, c, self.clusters.value,
-                                                              cuda.CUstream(stream_handle))
-            sizes = [ctypes.sizeof(_Desc3)] * 3 + [4, 8]
+            self._fill(ptrs, alpha, beta, stream_handle)
+            ref_args, _keep = self.fn.generate_execution_args(
+                *views(), Float32(alpha), Float32(beta), self.clusters.value, cuda.CUstream(stream_handle))
             if len(ref_args) != len(self.args):
                 raise ValueError(f"{len(ref_args)} args, expected {len(self.args)}")
-            for ours, theirs, n in zip(self.args, ref_args, sizes):
+            ranges = [[(f.offset, f.size) for f in (type(d).ptr, type(d).shape, type(d).stride) if f.size]
+                      for d in self.descs] + [[(0, ctypes.sizeof(x))] for x in self.scalars]
+            for ours, theirs, fields in zip(self.args, ref_args, ranges):
                 addr = theirs.value if isinstance(theirs, ctypes.c_void_p) else int(theirs)
-                if ctypes.string_at(ours, n) != ctypes.string_at(addr, n):
-                    raise ValueError("argument bytes differ")
+                for off, n in fields:
+                    if ctypes.string_at(ours + off, n) != ctypes.string_at(addr + off, n):
+                        raise ValueError("argument bytes differ")
             return True
         except Exception as e:  # keep the DSL's path: slower, never wrong
             log.info("direct launch disabled for %s: %s", self.name, e)
@@ -230,10 +246,14 @@ def find_tool(name: str) -> Optional[str]:
 
 
 def _run_on_cubin(args: list, cubin: bytes) -> str:
+    env = dict(os.environ)
+    nvdisasm = find_tool("nvdisasm")  # cuobjdump --dump-sass runs nvdisasm from PATH
+    if nvdisasm:
+        env["PATH"] = str(Path(nvdisasm).parent) + os.pathsep + env.get("PATH", "")
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "k.cubin"
         f.write_bytes(cubin)
-        out = subprocess.run(args + [str(f)], capture_output=True, text=True, check=False)
+        out = subprocess.run(args + [str(f)], capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{args[0]} failed: {out.stderr.strip()[:500]}")
     return out.stdout
@@ -241,13 +261,13 @@ def _run_on_cubin(args: list, cubin: bytes) -> str:
 
 def disassemble(cubin: bytes) -> str:
     tool = find_tool("cuobjdump")
-    if tool:
+    if tool and find_tool("nvdisasm"):
         return _run_on_cubin([tool, "--dump-sass"], cubin)
     tool = find_tool("nvdisasm")
     if tool:
         return _run_on_cubin([tool, "-c"], cubin)
     raise RuntimeError(
-        "no disassembler: install nvidia-cuda-cuobjdump (pip) or a CUDA toolkit"
+        "no disassembler: pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump, or a CUDA toolkit"
     )
 
 
@@ -296,9 +316,12 @@ def _cutlass_dtype(name: str):
     }[name]
 
 
-def _fake_operands(problem: GemmProblem):
-    """Fake (M,K,L), (N,K,L), (M,N,L) tensors: dynamic extents, dynamic 16B-aligned strides."""
+def _fake_args(problem: GemmProblem, epilogue) -> tuple:
+    """Fake arguments of the kernel's host function: A (M,K,L), B (N,K,L), C (M,N,L) with dynamic
+    extents and dynamic 16B-aligned strides; the epilogue's vectors (dynamic length, unit stride)
+    and residual (M,N,L, any strides) where the spec has them, else None."""
     import cutlass.cute as cute
+    from cutlass import Float32
     from cutlass.cute.runtime import make_fake_tensor
 
     in_t = _cutlass_dtype(problem.dtype)
@@ -312,10 +335,23 @@ def _fake_operands(problem: GemmProblem):
         batch = cute.sym_int64(divisibility=align)
         return (1, ld, batch) if major_first else (ld, 1, batch)
 
+    def vector(dtype):
+        return make_fake_tensor(_cutlass_dtype(dtype), (cute.sym_int32(),), (1,), assumed_align=4)
+
     a = make_fake_tensor(in_t, (m, k, l), strides(problem.a_major == "m", in_align), assumed_align=16)
     b = make_fake_tensor(in_t, (n, k, l), strides(problem.b_major == "n", in_align), assumed_align=16)
     c = make_fake_tensor(out_t, (m, n, l), strides(False, out_align), assumed_align=16)
-    return a, b, c
+    e = epilogue
+    bias = vector(e.bias_dtype) if e.bias else None
+    sa = vector("float32") if e.scale_a else None
+    sb = vector("float32") if e.scale_b else None
+    res = None
+    if e.residual:
+        # unit stride along N (the eager API copies other layouts); rows and batches any stride
+        res_t = _cutlass_dtype(e.residual_dtype)
+        res = make_fake_tensor(res_t, (m, n, l), (cute.sym_int64(), 1, cute.sym_int64()),
+                               assumed_align=res_t.width // 8)
+    return a, b, c, bias, sa, sb, res, Float32(1.0), Float32(0.0)
 
 
 def _kernel_class(arch: str):
@@ -332,12 +368,12 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
     from cutlass.runtime import make_fake_stream
 
     kernel = _kernel_class(problem.arch)(cfg, epilogue)
-    a, b, c = _fake_operands(problem)
+    fakes = _fake_args(problem, epilogue)
     with tempfile.TemporaryDirectory() as dump:
         opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
         with _COMPILE_LOCK:
             t0 = time.perf_counter()
-            fn = cute.compile(kernel, a, b, c, cutlass.Int32(1), make_fake_stream(), options=opts)
+            fn = cute.compile(kernel, *fakes, cutlass.Int32(1), make_fake_stream(), options=opts)
             seconds = time.perf_counter() - t0
         cubin = fn.__cubin__
         if cubin is None:
@@ -345,7 +381,7 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
             cubin = cubins[0].read_bytes() if cubins else b""
     if isinstance(cubin, str):
         cubin = cubin.encode("latin-1")
-    return CompiledGemm(problem, cfg, epilogue.key(), key, seconds, bytes(cubin), _fn=fn)
+    return CompiledGemm(problem, cfg, epilogue, key, seconds, bytes(cubin), _fn=fn)
 
 
 def _disk_paths(key: str) -> tuple[Path, Path, Path]:
@@ -371,7 +407,7 @@ def _load_from_disk(problem, cfg, epilogue, key) -> Optional[CompiledGemm]:
         cubin = cub.read_bytes()
         if not cubin:
             raise ValueError("empty cubin")
-        return CompiledGemm(problem, cfg, epilogue.key(), key, float(info["compile_seconds"]), cubin,
+        return CompiledGemm(problem, cfg, epilogue, key, float(info["compile_seconds"]), cubin,
                             cache_hit="disk", load_seconds=time.perf_counter() - t0, _fn=fn)
     except Exception as e:  # corrupt entry: drop it, recompile
         log.warning("dropping unreadable cache entry %s (%s: %s)", obj.parent, type(e).__name__, e)
@@ -413,7 +449,7 @@ def _store_to_disk(cg: CompiledGemm) -> None:
 def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilogue=None,
                *, use_disk_cache: bool = True) -> CompiledGemm:
     """The compiled kernel for ``problem`` (shape-generic), from memory, disk or a fresh compile."""
-    from .kernels.epilogue import EpilogueSpec
+    from .epilogue import EpilogueSpec
 
     epilogue = epilogue or EpilogueSpec()
     fast_key = (problem, config, epilogue)
@@ -440,7 +476,7 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
 
 def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: int = 1,
                  a_major: str = "k", b_major: str = "n", out_dtype=None,
-                 config: Optional[GemmConfig] = None, use_cache: bool = True) -> CompiledGemm:
+                 config: Optional[GemmConfig] = None, epilogue=None, use_cache: bool = True) -> CompiledGemm:
     """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem.
 
     - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
@@ -449,17 +485,21 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
     - The packed extents must keep 16-byte aligned strides: K (a_major "k") or M (a_major "m"),
       N (b_major "n") or K (b_major "k"), and N for the output, in multiples of 8 (16-bit).
     - ``config``: a :class:`GemmConfig`, default: the heuristic's pick for this shape.
+    - ``epilogue``: a :class:`~cutedsl_backend.kernels.epilogue.EpilogueSpec` (bias kind,
+      activation, residual, scales), default: none.
+    - ``use_cache``: False compiles afresh (a true compile time), bypassing both caches.
 
     Returns a :class:`CompiledGemm` with ``compile_seconds``, ``cubin``, ``sass()`` and
     ``resources``. Raises :class:`UnsupportedGemmError` naming the broken rule.
     """
+    from .epilogue import EpilogueSpec
+
     problem = make_problem(m, n, k, dtype=dtype, arch=arch, batch=batch, a_major=a_major,
                            b_major=b_major, out_dtype=out_dtype)
+    epilogue = epilogue or EpilogueSpec()
     if not use_cache:
-        from .kernels.epilogue import EpilogueSpec
-
         cfg = config or default_config(problem)
         check_config(cfg, problem)
         cfg = cfg.resolved(problem)
-        return _compile_fresh(problem, cfg, EpilogueSpec(), _cache_key(problem, cfg, ("identity",)))
-    return get_kernel(problem, config)
+        return _compile_fresh(problem, cfg, epilogue, _cache_key(problem, cfg, epilogue.key()))
+    return get_kernel(problem, config, epilogue)

@@ -141,45 +141,148 @@ def _views(problem: GemmProblem, a3, bt, out3):
             _as_rcl(out3, True, 16 // out3.element_size()))
 
 
+class _Epilogue:
+    """The epilogue operands of a call, checked: the spec, and per operand the tensor the kernel
+    reads (a 1-D unit-stride vector, or the (M, N, L) residual view)."""
+
+    def __init__(self, problem: GemmProblem, device, bias, residual, activation, scale_a, scale_b):
+        from .epilogue import EpilogueSpec
+
+        m, n, L = problem.m, problem.n, problem.batch
+        out_ok = (problem.out_dtype, "float32")
+        self.bias = self.scale_a = self.scale_b = self.residual = None
+        bias_kind = bias_dtype = None
+        if bias is not None:
+            _check_tensor("bias", bias, device)
+            if tuple(bias.shape) == (n,):
+                bias_kind = "col"
+            elif tuple(bias.shape) == (m, 1):
+                bias_kind = "row"
+            else:
+                raise UnsupportedGemmError(f"bias: shape must be ({n},) or ({m}, 1), got {tuple(bias.shape)}")
+            bias_dtype = dtype_name(bias.dtype)
+            if bias_dtype not in out_ok:
+                raise UnsupportedGemmError(f"bias: dtype must be {' or '.join(out_ok)}, got {bias.dtype}")
+            self.bias = _unit_vector("bias", bias)
+        res_dtype = None
+        if residual is not None:
+            _check_tensor("residual", residual, device)
+            if residual.dim() == 2 and tuple(residual.shape) == (m, n):
+                residual = residual.unsqueeze(0).expand(L, m, n)
+            if tuple(residual.shape) != (L, m, n):
+                raise UnsupportedGemmError(
+                    f"residual: shape must be ({m}, {n}) or ({L}, {m}, {n}), got {tuple(residual.shape)}")
+            res_dtype = dtype_name(residual.dtype)
+            if res_dtype not in out_ok:
+                raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
+            self.residual = _residual_view(residual)
+        sa_kind = sb_kind = None
+        if scale_a is not None:
+            _check_tensor("scale_a", scale_a, device)
+            if scale_a.numel() == 1 and scale_a.dim() <= 2:
+                sa_kind = "scalar"
+            elif tuple(scale_a.shape) == (m, 1):
+                sa_kind = "row"
+            else:
+                raise UnsupportedGemmError(f"scale_a: shape must be () or ({m}, 1), got {tuple(scale_a.shape)}")
+            if scale_a.dtype != torch.float32:
+                raise UnsupportedGemmError(f"scale_a: dtype must be float32, got {scale_a.dtype}")
+            self.scale_a = _unit_vector("scale_a", scale_a)
+        if scale_b is not None:
+            _check_tensor("scale_b", scale_b, device)
+            if scale_b.numel() == 1 and scale_b.dim() <= 2:
+                sb_kind = "scalar"
+            elif tuple(scale_b.shape) == (1, n):
+                sb_kind = "col"
+            else:
+                raise UnsupportedGemmError(f"scale_b: shape must be () or (1, {n}), got {tuple(scale_b.shape)}")
+            if scale_b.dtype != torch.float32:
+                raise UnsupportedGemmError(f"scale_b: dtype must be float32, got {scale_b.dtype}")
+            self.scale_b = _unit_vector("scale_b", scale_b)
+        self.spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias_dtype or "float32",
+                                 residual=residual is not None, residual_dtype=res_dtype or "float32",
+                                 scale_a=sa_kind, scale_b=sb_kind)
+
+    def tensors(self) -> tuple:
+        return (self.bias, self.scale_a, self.scale_b, self.residual)
+
+    def descs(self) -> list:
+        out = []
+        for t in (self.bias, self.scale_a, self.scale_b):
+            if t is not None:
+                out.append(((t.shape[0],), ()))
+        if self.residual is not None:
+            sm, _, sl = self.residual.stride()
+            out.append((tuple(self.residual.shape), (sm, sl)))
+        return out
+
+    def ptrs(self) -> tuple:
+        return tuple(t.data_ptr() for t in self.tensors() if t is not None)
+
+
+def _check_tensor(what, t, device):
+    if not isinstance(t, torch.Tensor):
+        raise UnsupportedGemmError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device != device:
+        raise UnsupportedGemmError(f"device: {what} is on {t.device}, the operands on {device}")
+
+
+def _unit_vector(what, t):
+    v = t.reshape(-1)
+    if v.numel() > 1 and v.stride(0) != 1:
+        raise UnsupportedGemmError(f"layout: {what} must be contiguous")
+    return v
+
+
+def _epilogue_key(bias, residual, activation, scale_a, scale_b):
+    def geo(t):
+        return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+    return (geo(bias), geo(residual), activation, geo(scale_a), geo(scale_b))
+
+
 class _Plan:
     """What an eager call needs that depends only on the operands' geometry, validated once:
     the kernel, its argument structs, the result's shape. Calls of the same geometry reuse it."""
 
-    def __init__(self, problem: GemmProblem, kernel, a3, b3, out3, result_shape, device):
+    def __init__(self, problem: GemmProblem, kernel, a3, b3, out3, result_shape, device, epi: _Epilogue):
         self.problem = problem
         self.kernel = kernel
         self.device = device
         self.shape3 = tuple(out3.shape)
         self.out_dtype = out3.dtype
         self.result_shape = result_shape
-        self.a_shape3 = tuple(a3.shape)
-        self.a_strides3 = tuple(a3.stride())
-        self.b_shape3 = tuple(b3.shape)
-        self.b_strides3 = tuple(b3.stride())
+        self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
+        self.b_geo = (tuple(b3.shape), tuple(b3.stride()))
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
-        geo = (_rcl(a3, problem.a_major == "k", in_align), _rcl(bt, problem.b_major == "k", in_align),
-               _rcl(out3, True, 16 // out3.element_size()))
+        units = (1 if problem.a_major == "k" else 0, 1 if problem.b_major == "k" else 0, 1)
+        descs = []
+        for unit, (_, shape, strides) in zip(units, (
+                _rcl(a3, problem.a_major == "k", in_align), _rcl(bt, problem.b_major == "k", in_align),
+                _rcl(out3, True, 16 // out3.element_size()))):
+            descs.append((shape, tuple(s for i, s in enumerate(strides) if i != unit)))
+        descs += epi.descs()
         index = device.index if device.index is not None else torch.cuda.current_device()
         cfg = kernel.config
-        self.pack = kernel.arg_pack(tuple(g[1] for g in geo), tuple(g[2] for g in geo),
-                                    _max_clusters(index, cfg.cluster_m * cfg.cluster_n))
+        self.pack = kernel.arg_pack(descs, _max_clusters(index, cfg.cluster_m * cfg.cluster_n))
 
-    def run(self, a, b, out):
+    def run(self, a, b, out, epi_ops, alpha, beta):
         if out is None:
             out = torch.empty(self.result_shape, dtype=self.out_dtype, device=self.device)
         pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
         if (pa | pb | pc) % 16:
             raise UnsupportedGemmError("alignment: data pointers of a, b and out must be 16-byte aligned")
+        ptrs = (pa, pb, pc) + tuple(t.data_ptr() for t in epi_ops if t is not None)
         stream = torch.cuda.current_stream(self.device).cuda_stream
-
-        def views():  # only for the one-time check of the direct launch path
-            a3 = a.as_strided(self.a_shape3, self.a_strides3)
-            b3 = b.as_strided(self.b_shape3, self.b_strides3)
-            return _views(self.problem, a3, b3.transpose(1, 2), out.view(self.shape3))
-
-        self.kernel.launch(self.pack, (pa, pb, pc), stream, views)
+        self.kernel.launch(self.pack, ptrs, float(alpha), float(beta), stream,
+                           lambda: self._views(a, b, out, epi_ops))
         return out
+
+    def _views(self, a, b, out, epi_ops):  # only for the one-time check of the direct launch path
+        a3 = a.as_strided(*self.a_geo)
+        b3 = b.as_strided(*self.b_geo)
+        return _views(self.problem, a3, b3.transpose(1, 2), out.view(self.shape3)) + tuple(epi_ops)
 
 
 # per thread: a plan's argument structs are filled in place at each call
@@ -187,20 +290,21 @@ _TLS = threading.local()
 _MAX_PLANS = 4096
 
 
-def _make_plan(a, b, out_dtype, config, out) -> Optional[_Plan]:
-    """Validate a call; a _Plan for the common case, or None when the call needs the general
+def _make_plan(a, b, out_dtype, config, out, epi_args) -> tuple:
+    """Validate a call. Returns (plan or None, epilogue); None when the call needs the general
     path (empty problems, K == 0, a batch-broadcast operand that has to be materialized)."""
     from .compiler import get_kernel
 
     problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
     if out is not None:
         _check_out(out, shape3, out_t, a.device)
     if not (problem.m and problem.n and problem.k):
-        return None
+        return None, epi
     if a3.data_ptr() != a.data_ptr() or b3.data_ptr() != b.data_ptr():
-        return None
+        return None, epi
     if a.dim() == 2 and b.dim() == 2:
         result_shape = (problem.m, problem.n)
     elif a.dim() == 3 and b.dim() == 2 and problem.batch == 1:
@@ -209,28 +313,33 @@ def _make_plan(a, b, out_dtype, config, out) -> Optional[_Plan]:
         result_shape = shape3
     out3 = _check_out(out, shape3, out_t, a.device) if out is not None else torch.empty(
         shape3, dtype=out_t, device=a.device)
-    return _Plan(problem, get_kernel(problem, config), a3, b3, out3, result_shape, a.device)
+    plan = _Plan(problem, get_kernel(problem, config, epi.spec), a3, b3, out3, result_shape, a.device, epi)
+    return plan, epi
 
 
-def _gemm_general(a, b, out_dtype, config, out):
+def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta):
     """Calls without a plan: empty results, K == 0, materialized batch broadcasts."""
     from .compiler import get_kernel
+    from .epilogue import reference
 
     problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
     out3 = torch.empty(shape3, dtype=out_t, device=a.device) if out is None else _check_out(
         out, shape3, out_t, a.device)
     if problem.m and problem.n:
         if problem.k == 0:
-            out3.zero_()
+            # A @ B is exactly zero: the epilogue of zeros, in fp32, rounded once
+            bias, residual, activation, scale_a, scale_b = epi_args
+            res = None if residual is None else epi.residual.permute(2, 0, 1)
+            val = reference(torch.zeros(shape3, device=a.device), bias=bias, residual=res, alpha=alpha,
+                            beta=beta, activation=activation, scale_a=scale_a, scale_b=scale_b)
+            out3.copy_(val)
         else:
-            kernel = get_kernel(problem, config)
-            bt = b3.transpose(1, 2)
-            plan = _Plan(problem, kernel, a3, b3, out3, shape3, a.device)
-            kernel.launch(plan.pack, (a3.data_ptr(), b3.data_ptr(), out3.data_ptr()),
-                          torch.cuda.current_stream(a.device).cuda_stream,
-                          lambda: _views(problem, a3, bt, out3))
+            kernel = get_kernel(problem, config, epi.spec)
+            plan = _Plan(problem, kernel, a3, b3, out3, shape3, a.device, epi)
+            plan.run(a3, b3, out3, epi.tensors(), alpha, beta)
     if out is not None:
         return out
     if a.dim() == 2 and b.dim() == 2:
@@ -240,37 +349,70 @@ def _gemm_general(a, b, out_dtype, config, out):
     return out3
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
+def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out_dtype, config, out):
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        raise UnsupportedGemmError("a and b must be torch.Tensors")
+    epi_args = (bias, residual, activation, scale_a, scale_b)
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, out_dtype, config,
+           None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+           None if epi_args == (None,) * 5 else _epilogue_key(*epi_args))
+    plans = getattr(_TLS, "plans", None)
+    if plans is None:
+        plans = _TLS.plans = {}
+    hit = plans.get(key)
+    if hit is None:
+        plan, epi = _make_plan(a, b, out_dtype, config, out, epi_args)
+        if plan is None:
+            return _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta)
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        # the vectors are views of the caller's tensors: rebuild them per call (cheap reshape)
+        hit = plans[key] = plan
+    epi_ops = _epilogue_views(bias, residual, scale_a, scale_b, hit.problem)
+    return hit.run(a, b, out, epi_ops, alpha, beta)
+
+
+def _residual_view(residual):
+    """(L, M, N) -> the (M, N, L) view the kernel reads: unit stride along N (else a copy)."""
+    if residual.stride(2) != 1 and residual.shape[2] > 1:
+        residual = residual.contiguous()
+    return residual.permute(1, 2, 0)
+
+
+def _epilogue_views(bias, residual, scale_a, scale_b, problem):
+    res = None
+    if residual is not None:
+        if residual.dim() == 2:
+            residual = residual.unsqueeze(0).expand(problem.batch, problem.m, problem.n)
+        res = _residual_view(residual)
+    return (None if bias is None else bias.reshape(-1), None if scale_a is None else scale_a.reshape(-1),
+            None if scale_b is None else scale_b.reshape(-1), res)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+         activation: Optional[str] = None, residual: Optional[torch.Tensor] = None,
+         alpha: float = 1.0, beta: float = 1.0, out_dtype: Optional[torch.dtype] = None,
          config: Optional[GemmConfig] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``a @ b`` on a CuTe DSL kernel (fp32 accumulation, one rounding to the output dtype).
+    """``activation(alpha * (a @ b) + bias + beta * residual)`` on a CuTe DSL kernel, computed in
+    fp32 and rounded once to the output dtype.
 
     - a: (M, K) or (L, M, K); b: (K, N) or (L, K, N) (a 2-D operand is broadcast over L).
     - dtypes: float16 or bfloat16, the same for a and b; ``out_dtype``: the input dtype
       (default) or torch.float32.
     - layouts: each operand row- or column-major in its last two dims (any strides otherwise);
       every non-unit stride and the data pointers 16-byte aligned. The output is row-major.
-    - device: a CUDA tensor on an sm90 (Hopper) GPU.
+    - ``bias``: (N,) per output column or (M, 1) per row, contiguous, dtype the output dtype or
+      float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32.
+    - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
+      torch.nn.functional. ``alpha``, ``beta``: Python floats.
+    - device: CUDA tensors on an sm90 (Hopper) GPU.
     - ``out``: optional result tensor of the result's shape and dtype, unit stride along N and
       16-byte aligned other strides (it may be a strided view).
 
     Raises :class:`UnsupportedGemmError` (a ValueError) naming the rule an input breaks.
     """
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        raise UnsupportedGemmError("a and b must be torch.Tensors")
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, out_dtype, config,
-           None if out is None else (out.shape, out.stride(), out.dtype, out.device))
-    plans = getattr(_TLS, "plans", None)
-    if plans is None:
-        plans = _TLS.plans = {}
-    plan = plans.get(key)
-    if plan is None:
-        plan = _make_plan(a, b, out_dtype, config, out)
-        if plan is None:
-            return _gemm_general(a, b, out_dtype, config, out)
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[key] = plan
-    return plan.run(a, b, out)
+    return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=None, scale_b=None,
+                alpha=alpha, beta=beta, out_dtype=out_dtype, config=config, out=out)
 
 
 def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:
@@ -302,12 +444,15 @@ _OUT_DTYPES = {None: None, "float32": torch.float32, "float16": torch.float16, "
 
 
 @torch.library.custom_op("cutedsl::gemm", mutates_args=())
-def _gemm_op(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[str] = None) -> torch.Tensor:
-    return gemm(a, b, out_dtype=_OUT_DTYPES[out_dtype])
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
+             residual: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+             alpha: float = 1.0, beta: float = 1.0, out_dtype: Optional[str] = None) -> torch.Tensor:
+    return gemm(a, b, bias=bias, residual=residual, activation=activation, alpha=alpha, beta=beta,
+                out_dtype=_OUT_DTYPES[out_dtype])
 
 
 @_gemm_op.register_fake
-def _gemm_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: Optional[str] = None) -> torch.Tensor:
+def _gemm_fake(a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
     if a.shape[-1] != b.shape[-2]:
         raise UnsupportedGemmError(f"shape: a is {tuple(a.shape)} and b is {tuple(b.shape)}")
     batch = a.shape[:-2] if a.dim() == 3 else b.shape[:-2]

@@ -17,12 +17,14 @@ products) and clips out-of-bounds stores, so any M, N, K is exact; the host rule
 
 from __future__ import annotations
 
+from typing import Optional
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Int32
+from cutlass import Float32, Int32
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
@@ -32,6 +34,7 @@ except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
 from ..configs import EPI_STAGES, GemmConfig, epilogue_groups, epilogue_tile
+from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
 
@@ -47,7 +50,7 @@ class Sm90Gemm:
     persistent clusters the GPU can hold.
     """
 
-    def __init__(self, cfg: GemmConfig, epilogue: "epi.EpilogueSpec"):
+    def __init__(self, cfg: GemmConfig, epilogue: EpilogueSpec):
         assert cfg.tile_k and cfg.stages, "resolve the config first"
         self.cfg = cfg
         self.epilogue = epilogue
@@ -68,8 +71,10 @@ class Sm90Gemm:
 
     # ---------------------------------------------------------------- host side
     @cute.jit
-    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, max_clusters: Int32,
-                 stream: cuda.CUstream):
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                 mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                 mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                 alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
         self.c_dtype = mC.element_type
@@ -118,6 +123,7 @@ class Sm90Gemm:
             tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, self.tiled_mma,
             a_smem_staged, b_smem_staged, c_smem_staged,
             grid.clusters_m, grid.clusters_n, grid.total(),
+            mBias, mScaleA, mScaleB, mRes, alpha, beta,
         ).launch(
             grid=(self.cfg.cluster_m, self.cfg.cluster_n, persistent),
             block=[self.threads_per_cta, 1, 1],
@@ -139,7 +145,10 @@ class Sm90Gemm:
                mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_mnl: cute.Tensor,
                tiled_mma: cute.TiledMma, a_smem_staged: cute.ComposedLayout,
                b_smem_staged: cute.ComposedLayout, c_smem_staged: cute.ComposedLayout,
-               clusters_m: Int32, clusters_n: Int32, total_clusters: Int32):
+               clusters_m: Int32, clusters_n: Int32, total_clusters: Int32,
+               mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+               mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+               alpha: Float32, beta: Float32):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
@@ -267,6 +276,11 @@ class Sm90Gemm:
             tRS_frag = cute.make_rmem_tensor(frag_shape, self.acc_dtype)
             tRS_out = cute.make_rmem_tensor(frag_shape, self.c_dtype)
             frag_size = cute.size(tRS_frag)
+            # tile-local (m, n) of every accumulator, in the same order as tRS_acc
+            tRS_coord = tiled_copy_r2s.retile(
+                thr_mma.partition_C(cute.make_identity_tensor((self.cfg.tile_m, self.cfg.tile_n))))
+            epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta,
+                                        mC_mnl.shape[0], mC_mnl.shape[1])
 
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
             release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -327,7 +341,10 @@ class Sm90Gemm:
                 for e in cutlass.range_constexpr(epi_tiles):
                     for v in cutlass.range_constexpr(frag_size):
                         tRS_frag[v] = tRS_acc[e * frag_size + v]
-                    tRS_out.store(self.epilogue.apply(tRS_frag.load()).to(self.c_dtype))
+                    tRS_out.store(epi.apply_epilogue(
+                        self.epilogue, tRS_frag, lambda v: tRS_coord[e * frag_size + v],
+                        tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_args,
+                    ).to(self.c_dtype))
                     buf = buf_base + epi_count % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")

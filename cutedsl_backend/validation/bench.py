@@ -143,14 +143,14 @@ def sweep(shapes, dtype="bfloat16", configs=None, log=print, workers=None) -> di
         a = torch.randn(m, k, device="cuda").to(tdt)
         b = torch.randn(k, n, device="cuda").to(tdt)
         o = torch.empty(m, n, device="cuda", dtype=tdt)
-        t_torch = _median_ms(lambda: torch.matmul(a, b))
+        t_torch = _graph_ms(lambda: torch.matmul(a, b, out=o))
         times = []
         for c in cfgs:
             if any(f[0] == c.name for f in failed):
                 continue
             try:
                 cb.gemm(a, b, config=c, out=o)
-                times.append((_median_ms(lambda: cb.gemm(a, b, config=c, out=o), 10, 60), c))
+                times.append((_graph_ms(lambda: cb.gemm(a, b, config=c, out=o)), c))
             except Exception as e:
                 log(f"  {c.name} on {m}x{n}x{k}: {type(e).__name__}: {str(e)[:200]}")
         times.sort(key=lambda x: x[0])
@@ -194,3 +194,56 @@ def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
     log("host overhead per call (us): " + ", ".join(
         f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()))
     return res
+
+
+def bench_epilogues(m=4096, n=14336, k=4096, dtype="bfloat16", log=print, with_compile=True) -> list:
+    """Fused epilogues: ours vs our bare GEMM, cuBLASLt's fused bias+activation
+    (torch._addmm_activation), eager torch, and torch.compile max-autotune; CUDA-graph timing."""
+    import torch
+    import torch.nn.functional as F
+
+    import cutedsl_backend as cb
+
+    dt = getattr(torch, dtype)
+    a = torch.randn(m, k, device="cuda").to(dt)
+    b = torch.randn(k, n, device="cuda").to(dt)
+    bias = torch.randn(n, device="cuda").to(dt)
+    res = torch.randn(m, n, device="cuda").to(dt)
+    out = torch.empty(m, n, device="cuda", dtype=dt)
+    variants = {
+        "bare": (dict(), lambda: torch.matmul(a, b), None),
+        "bias+relu": (dict(bias=bias, activation="relu"), lambda: torch.relu(torch.matmul(a, b) + bias),
+                      lambda: torch._addmm_activation(bias, a, b, use_gelu=False)),
+        "bias+gelu_tanh": (dict(bias=bias, activation="gelu_tanh"),
+                           lambda: F.gelu(torch.matmul(a, b) + bias, approximate="tanh"),
+                           lambda: torch._addmm_activation(bias, a, b, use_gelu=True)),
+        "bias+silu": (dict(bias=bias, activation="silu"), lambda: F.silu(torch.matmul(a, b) + bias), None),
+        "residual": (dict(residual=res), lambda: torch.matmul(a, b) + res, None),
+    }
+    rows = []
+    bare_ours = None
+    for name, (kw, eager, lt) in variants.items():
+        cb.gemm(a, b, out=out, **kw)
+        t_ours = _graph_ms(lambda: cb.gemm(a, b, out=out, **kw))
+        if name == "bare":
+            bare_ours = t_ours
+        t_eager = _graph_ms(eager)
+        row = {"variant": name, "shape": f"{m}x{n}x{k}", "dtype": dtype, "ours_ms": t_ours,
+               "ours_tflops": tflops(m, n, k, t_ours), "overhead_vs_our_bare": t_ours / bare_ours - 1,
+               "eager_ms": t_eager, "vs_eager": t_eager / t_ours}
+        if lt is not None:
+            t_lt = _graph_ms(lt)
+            row.update(cublaslt_ms=t_lt, vs_cublaslt=t_lt / t_ours)
+        if with_compile and name != "bare":
+            fn = torch.compile(eager, mode="max-autotune-no-cudagraphs")
+            t0 = time.time()
+            fn()
+            row["compile_autotune_s"] = time.time() - t0
+            t_c = _graph_ms(fn)
+            row.update(compiled_ms=t_c, vs_compiled=t_c / t_ours)
+        rows.append(row)
+        log(f"{name:15s} ours {row['ours_tflops']:6.1f} TFLOP/s (+{100 * row['overhead_vs_our_bare']:.1f}% vs "
+            f"our bare) | vs eager {row['vs_eager']:.3f}"
+            + (f" | vs cuBLASLt fused {row['vs_cublaslt']:.3f}" if "vs_cublaslt" in row else "")
+            + (f" | vs torch.compile max-autotune {row['vs_compiled']:.3f}" if "vs_compiled" in row else ""))
+    return rows

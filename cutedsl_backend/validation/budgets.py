@@ -15,7 +15,7 @@ def load_budgets(path: Path = BUDGETS_FILE) -> dict:
 
 
 def family(cell: dict) -> str:
-    return f"{cell['arch']}/gemm"
+    return f"{cell['arch']}/gemm" + ("" if cell.get("epilogue", "none") == "none" else "+epilogue")
 
 
 def check_budgets(compile_results: list, budgets: dict) -> dict:
@@ -28,7 +28,7 @@ def check_budgets(compile_results: list, budgets: dict) -> dict:
     for r in compile_results:
         if r.get("compile_seconds") is None:
             continue
-        key = r["cell"]["config"]
+        key = f"{r['cell']['config']}/{'gemm' if r['cell'].get('epilogue', 'none') == 'none' else 'epilogue'}"
         by_cfg[key].append(r["compile_seconds"])
         fam_of[key] = family(r["cell"])
     out = {"ok": True, "configs": {}, "regressions": [], "improvements": []}

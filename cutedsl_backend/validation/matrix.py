@@ -12,9 +12,19 @@ import itertools
 from dataclasses import asdict, dataclass
 
 from ..configs import GemmConfig, config_space, quick_configs
+from ..epilogue import EpilogueSpec
 from ..problem import GemmProblem
 
 TAGS = ("quick", "standard", "full")
+# epilogue name -> spec builder (bias and residual in the output dtype)
+EPILOGUES = {
+    "none": lambda od: EpilogueSpec(),
+    "bias": lambda od: EpilogueSpec(bias="col", bias_dtype=od),
+    "bias+relu": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="relu"),
+    "bias+gelu_tanh": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="gelu_tanh"),
+    "bias+silu": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="silu"),
+    "residual+alpha/beta": lambda od: EpilogueSpec(residual=True, residual_dtype=od),
+}
 LAYOUTS = (("k", "n"), ("k", "k"), ("m", "n"), ("m", "k"))
 # Instructions each kernel family must contain (one of each tuple).
 REQUIRED_SASS = {
@@ -47,6 +57,13 @@ class Cell:
         return (f"{self.arch}/{self.dtype}->{self.out_dtype}/a{self.a_major}b{self.b_major}/"
                 f"{self.epilogue}/{self.config.name}")
 
+    def epilogue_spec(self) -> EpilogueSpec:
+        return EPILOGUES[self.epilogue](self.out_dtype)
+
+    @property
+    def family(self) -> str:
+        return f"{self.arch}/gemm" + ("" if self.epilogue == "none" else "+epilogue")
+
     def problem(self, m=4096, n=4096, k=4096, batch=1) -> GemmProblem:
         return GemmProblem(m, n, k, batch, self.dtype, self.out_dtype, self.a_major, self.b_major,
                            self.arch)
@@ -76,6 +93,12 @@ def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
     for arch in archs:
         for (dt, od), (am, bm), cfg in itertools.product(dtype_pairs(tag), LAYOUTS, configs_for(arch, tag)):
             out.append(Cell(arch, dt, od, am, bm, "none", cfg))
+        # epilogues: every kind on a cooperative and a pingpong config (all configs for full)
+        epi_cfgs = configs_for(arch, tag) if tag == "full" else [
+            c for c in quick_configs(arch) if c in (quick_configs(arch)[0], quick_configs(arch)[3])]
+        for (dt, od), name, cfg in itertools.product(dtype_pairs(tag), EPILOGUES, epi_cfgs):
+            if name != "none":
+                out.append(Cell(arch, dt, od, "k", "n", name, cfg))
     return out
 
 

@@ -23,7 +23,6 @@ def compile_gate(cell: Cell) -> dict:
     """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
     from ..compiler import _cache_key, _compile_fresh, _store_to_disk
     from ..configs import check_config
-    from ..kernels.epilogue import EpilogueSpec
     from ..problem import dtype_bits
 
     p = cell.problem()
@@ -31,7 +30,7 @@ def compile_gate(cell: Cell) -> dict:
     try:
         check_config(cell.config, p)
         cfg = cell.config.resolved(p)
-        epi = EpilogueSpec()
+        epi = cell.epilogue_spec()
         cg = _compile_fresh(p, cfg, epi, _cache_key(p, cfg, epi.key()))
         _store_to_disk(cg)  # the GPU stage (and later runs) load it instead of recompiling
         counts = cg.sass_counts()
@@ -70,28 +69,40 @@ def _warm_load(cell: Cell) -> dict:
 def gpu_gate(cell: Cell, shapes) -> dict:
     import torch
 
+    from ..epilogue import reference
     from ..ops import gemm
     from .tolerances import compare
 
     res = {"id": cell.id, "gate": "gpu", "cell": cell.to_dict(), "shapes": []}
+    spec = cell.epilogue_spec()
     worst = None
     try:
         for (L, M, N, K) in shapes:
             dt = getattr(torch, cell.dtype)
+            od = getattr(torch, cell.out_dtype)
             g = torch.Generator(device="cuda").manual_seed(hash((cell.id, M, N, K)) % 2**31)
+            s = K ** -0.25 if spec.activation else 1.0  # activations tested off saturation
             if cell.a_major == "k":
-                a = torch.randn(L, M, K, device="cuda", generator=g).to(dt)
+                a = (torch.randn(L, M, K, device="cuda", generator=g) * s).to(dt)
             else:
-                a = torch.randn(L, K, M, device="cuda", generator=g).to(dt).transpose(1, 2)
+                a = (torch.randn(L, K, M, device="cuda", generator=g) * s).to(dt).transpose(1, 2)
             if cell.b_major == "n":
-                b = torch.randn(L, K, N, device="cuda", generator=g).to(dt)
+                b = (torch.randn(L, K, N, device="cuda", generator=g) * s).to(dt)
             else:
-                b = torch.randn(L, N, K, device="cuda", generator=g).to(dt).transpose(1, 2)
-            ref = torch.matmul(a.double(), b.double())
-            out = torch.full(ref.shape, float("nan"), device="cuda", dtype=getattr(torch, cell.out_dtype))
-            gemm(a, b, out_dtype=out.dtype, config=cell.config, out=out)
+                b = (torch.randn(L, N, K, device="cuda", generator=g) * s).to(dt).transpose(1, 2)
+            kw = {}
+            if spec.bias:
+                kw["bias"] = torch.randn(N, device="cuda", generator=g).to(od)
+            if spec.residual:
+                kw.update(residual=torch.randn(L, M, N, device="cuda", generator=g).to(od), alpha=0.5, beta=2.0)
+            if spec.activation:
+                kw["activation"] = spec.activation
+            ref = reference(torch.matmul(a.double(), b.double()),
+                            **{k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()})
+            out = torch.full(ref.shape, float("nan"), device="cuda", dtype=od)
+            gemm(a, b, out_dtype=od, config=cell.config, out=out, **kw)
             torch.cuda.synchronize()
-            m = compare(out, ref, cell.out_dtype, K)
+            m = compare(out, ref, cell.out_dtype, K, activation=spec.activation)
             m["shape"] = [L, M, N, K]
             res["shapes"].append(m)
             if worst is None or m["max_err_over_allowed"] > worst:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from cutedsl_backend.configs import GemmConfig, quick_configs
+from cutedsl_backend.epilogue import EpilogueSpec
 from cutedsl_backend.validation.budgets import load_budgets
 from cutedsl_backend.validation.matrix import REQUIRED_SASS
 
@@ -68,7 +69,7 @@ def test_corrupt_disk_cache_entry_is_recompiled(tmp_path, monkeypatch):
 
     p = make_problem(512, 512, 512, dtype="float16")
     cfg = quick_configs("sm90a")[5]
-    key = compiler._cache_key(p, cfg.resolved(p), ("identity",))
+    key = compiler._cache_key(p, cfg.resolved(p), EpilogueSpec().key())
     obj, cub, meta = compiler._disk_paths(key)
     obj.parent.mkdir(parents=True)
     obj.write_bytes(b"garbage")
@@ -89,7 +90,7 @@ def test_cache_key_separates_what_changes_code():
     p = make_problem(512, 512, 512, dtype="float16")
     q = make_problem(1024, 256, 64, dtype="float16")
     cfg = quick_configs("sm90a")[0].resolved(p)
-    e = ("identity",)
+    e = EpilogueSpec().key()
     assert compiler._cache_key(p, cfg, e) == compiler._cache_key(q, cfg, e)  # shape-generic
     for other in (make_problem(512, 512, 512, dtype="bfloat16"),
                   make_problem(512, 512, 512, dtype="float16", a_major="m"),

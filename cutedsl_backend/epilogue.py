@@ -1,0 +1,90 @@
+"""The epilogue formula, one definition for every kernel family and the host:
+
+    out = activation(alpha * scale_a * scale_b * (A @ B) + bias + beta * residual)
+
+computed in fp32 and rounded once to the output dtype. ``EpilogueSpec`` is plain data
+(hashable, part of the compile-cache key) saying which operands exist and their kinds; the CuTe
+DSL pieces that apply it live in ``kernels/epilogue.py`` (adding an activation: one function
+there, one name here). ``reference`` is the same formula in torch, for the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+BIAS_KINDS = (None, "col", "row")  # col: shape (N,), one value per output column; row: (M, 1)
+SCALE_A_KINDS = (None, "scalar", "row")  # tensorwise or per output row (rowwise fp8 scaling)
+SCALE_B_KINDS = (None, "scalar", "col")  # tensorwise or per output column
+
+
+@dataclass(frozen=True)
+class EpilogueSpec:
+    activation: Optional[str] = None
+    bias: Optional[str] = None
+    bias_dtype: str = "float32"
+    residual: bool = False
+    residual_dtype: str = "float32"
+    scale_a: Optional[str] = None
+    scale_b: Optional[str] = None
+
+    def __post_init__(self):
+        from .problem import UnsupportedGemmError
+
+        if self.activation is not None and self.activation not in ACTIVATION_NAMES:
+            raise UnsupportedGemmError(
+                f"activation {self.activation!r}: must be None or one of {ACTIVATION_NAMES}")
+        if self.bias not in BIAS_KINDS:
+            raise UnsupportedGemmError(f"bias kind {self.bias!r}: must be one of {BIAS_KINDS}")
+        if self.scale_a not in SCALE_A_KINDS or self.scale_b not in SCALE_B_KINDS:
+            raise UnsupportedGemmError("scale kinds: scale_a scalar/row, scale_b scalar/col")
+
+    def key(self) -> tuple:
+        return ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,
+                self.residual, self.residual_dtype if self.residual else None, self.scale_a, self.scale_b)
+
+    @property
+    def is_identity(self) -> bool:
+        return self == EpilogueSpec()
+
+    @property
+    def needs_coords(self) -> bool:
+        return bool(self.bias or self.residual or self.scale_a or self.scale_b)
+
+    def describe(self) -> str:
+        if self.is_identity:
+            return "none"
+        parts = []
+        if self.scale_a or self.scale_b:
+            parts.append(f"scales({self.scale_a or '-'},{self.scale_b or '-'})")
+        if self.bias:
+            parts.append(f"bias_{self.bias}")
+        if self.residual:
+            parts.append("residual")
+        if self.activation:
+            parts.append(self.activation)
+        return "+".join(parts)
+
+
+
+
+def reference(acc, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, scale_a=None,
+              scale_b=None):
+    """The formula in torch on an fp32/fp64 ``acc`` = A @ B (the tests' reference)."""
+    import torch
+    import torch.nn.functional as F
+
+    x = acc * alpha
+    if scale_a is not None:
+        x = x * scale_a.to(x.dtype)
+    if scale_b is not None:
+        x = x * scale_b.to(x.dtype)
+    if bias is not None:
+        x = x + bias.to(x.dtype)
+    if residual is not None:
+        x = x + beta * residual.to(x.dtype)
+    fns = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu,
+           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+           "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    return fns[activation](x)
