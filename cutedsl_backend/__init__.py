@@ -1,21 +1,25 @@
 """cutedsl-backend: CuTe DSL GEMM kernels for Hopper (sm90a) and Blackwell (sm100a).
 
 Public API (the CuTe DSL and torch are imported on first use, not here):
-  gemm, compile_gemm, GemmConfig, UnsupportedGemmError
+  gemm, scaled_mm, compile_gemm, GemmConfig, EpilogueSpec, UnsupportedGemmError
 """
 
 from __future__ import annotations
 
 from .configs import GemmConfig
+from .epilogue import EpilogueSpec
 from .problem import UnsupportedGemmError
 
 __version__ = "0.1.0"
-__all__ = ["gemm", "compile_gemm", "GemmConfig", "UnsupportedGemmError", "__version__"]
+__all__ = ["gemm", "scaled_mm", "compile_gemm", "GemmConfig", "EpilogueSpec", "UnsupportedGemmError",
+           "__version__"]
 
 
 def __getattr__(name):
     if name == "gemm":
         from .ops import gemm as value
+    elif name == "scaled_mm":
+        from .ops import scaled_mm as value
     elif name == "compile_gemm":
         from .compiler import compile_gemm as value
     else:

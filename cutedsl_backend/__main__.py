@@ -35,6 +35,9 @@ def main(argv=None) -> int:
     e.add_argument("--dtype", default="bfloat16")
     e.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     e.add_argument("--json")
+    f8 = sub.add_parser("bench-fp8", help="scaled_mm vs torch._scaled_mm (tensorwise, rowwise)")
+    f8.add_argument("--shapes", default="prefill")
+    f8.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
     c.add_argument("--dtype", default="bfloat16")
@@ -76,6 +79,17 @@ def main(argv=None) -> int:
 
         m, n, k = (int(x) for x in args.shape.split("x"))
         rows = bench_epilogues(m, n, k, args.dtype, with_compile=not args.no_compile)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    if args.cmd == "bench-fp8":
+        from .validation.bench import bench_fp8, geomean
+
+        rows = bench_fp8(_shapes(args.shapes))
+        for kind in ("tensorwise", "rowwise"):
+            print(f"fp8 {kind}: geomean graph ratio vs torch._scaled_mm: "
+                  f"{geomean(r['graph_ratio'] for r in rows if r['scaling'] == kind):.3f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -296,6 +296,7 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "arch": problem.arch,
         "cfg": cfg.key(),
         "dtype": problem.dtype,
+        "b_dtype": problem.dtype_b,
         "out": problem.out_dtype,
         "a_major": problem.a_major,
         "b_major": problem.b_major,
@@ -325,6 +326,7 @@ def _fake_args(problem: GemmProblem, epilogue) -> tuple:
     from cutlass.cute.runtime import make_fake_tensor
 
     in_t = _cutlass_dtype(problem.dtype)
+    in_b = _cutlass_dtype(problem.dtype_b)
     out_t = _cutlass_dtype(problem.out_dtype)
     in_align = 128 // in_t.width
     out_align = 128 // out_t.width
@@ -339,7 +341,7 @@ def _fake_args(problem: GemmProblem, epilogue) -> tuple:
         return make_fake_tensor(_cutlass_dtype(dtype), (cute.sym_int32(),), (1,), assumed_align=4)
 
     a = make_fake_tensor(in_t, (m, k, l), strides(problem.a_major == "m", in_align), assumed_align=16)
-    b = make_fake_tensor(in_t, (n, k, l), strides(problem.b_major == "n", in_align), assumed_align=16)
+    b = make_fake_tensor(in_b, (n, k, l), strides(problem.b_major == "n", in_align), assumed_align=16)
     c = make_fake_tensor(out_t, (m, n, l), strides(False, out_align), assumed_align=16)
     e = epilogue
     bias = vector(e.bias_dtype) if e.bias else None
@@ -475,12 +477,14 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
 
 
 def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: int = 1,
-                 a_major: str = "k", b_major: str = "n", out_dtype=None,
+                 a_major: str = "k", b_major: str = "n", out_dtype=None, b_dtype=None,
                  config: Optional[GemmConfig] = None, epilogue=None, use_cache: bool = True) -> CompiledGemm:
     """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem.
 
     - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
-      (default) or float32.
+      (default) or float32. FP8: ``dtype`` float8_e4m3fn or float8_e5m2 for A, ``b_dtype`` for B
+      (default: the same; e5m2 x e5m2 is refused), both K-major, any 16/32-bit ``out_dtype``
+      (default bfloat16); scales come as an epilogue (``EpilogueSpec(scale_a=..., scale_b=...)``).
     - ``a_major``: "k" (A row-major) or "m"; ``b_major``: "n" (B row-major) or "k".
     - The packed extents must keep 16-byte aligned strides: K (a_major "k") or M (a_major "m"),
       N (b_major "n") or K (b_major "k"), and N for the output, in multiples of 8 (16-bit).
@@ -495,7 +499,7 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
     from .epilogue import EpilogueSpec
 
     problem = make_problem(m, n, k, dtype=dtype, arch=arch, batch=batch, a_major=a_major,
-                           b_major=b_major, out_dtype=out_dtype)
+                           b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype)
     epilogue = epilogue or EpilogueSpec()
     if not use_cache:
         cfg = config or default_config(problem)

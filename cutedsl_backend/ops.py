@@ -66,7 +66,10 @@ def _as_rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> torch.Tensor:
     return t.as_strided(shape, strides)
 
 
-def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = False) -> tuple:
     """Validate eager operands; return (problem, batch-3d a, b, out shape)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
@@ -79,7 +82,14 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
         )
     if a.device != b.device:
         raise UnsupportedGemmError(f"device: a is on {a.device}, b on {b.device}")
-    if a.dtype != b.dtype:
+    if fp8:
+        if a.dtype not in _FP8 or b.dtype not in _FP8:
+            raise UnsupportedGemmError(f"dtype: scaled_mm takes fp8 operands, got {a.dtype} and {b.dtype}")
+        if a.dim() != 2 or b.dim() != 2:
+            raise UnsupportedGemmError("shape: scaled_mm takes 2-D a (M, K) and b (K, N)")
+    elif a.dtype in _FP8 or b.dtype in _FP8:
+        raise UnsupportedGemmError("dtype: fp8 operands need their scales: use cutedsl_backend.scaled_mm")
+    elif a.dtype != b.dtype:
         raise UnsupportedGemmError(f"dtype: a is {a.dtype}, b is {b.dtype}; they must match")
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0]:
         raise UnsupportedGemmError(f"shape: batch sizes differ ({a.shape[0]} vs {b.shape[0]})")
@@ -106,7 +116,9 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config) -> tuple:
     arch = _device_arch(a.device.index if a.device.index is not None else torch.cuda.current_device())
     a_major = _operand_major(a3, 1, 2, "k", "m", "a")
     b_major = _operand_major(b3, 1, 2, "n", "k", "b")
-    problem = GemmProblem(m, n, k, batch, d, od, a_major, b_major, arch, packed=False)
+    bd = dtype_name(b.dtype)
+    problem = GemmProblem(m, n, k, batch, d, od, a_major, b_major, arch, packed=False,
+                          b_dtype=None if bd == d else bd)
     check_problem(problem)
     if not (m and n and k):
         return problem, a3, b3  # nothing is launched: strides of empty operands do not matter
@@ -290,12 +302,12 @@ _TLS = threading.local()
 _MAX_PLANS = 4096
 
 
-def _make_plan(a, b, out_dtype, config, out, epi_args) -> tuple:
+def _make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> tuple:
     """Validate a call. Returns (plan or None, epilogue); None when the call needs the general
     path (empty problems, K == 0, a batch-broadcast operand that has to be materialized)."""
     from .compiler import get_kernel
 
-    problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    problem, a3, b3 = _prepare(a, b, out_dtype, config, fp8)
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
@@ -317,12 +329,12 @@ def _make_plan(a, b, out_dtype, config, out, epi_args) -> tuple:
     return plan, epi
 
 
-def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta):
+def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False):
     """Calls without a plan: empty results, K == 0, materialized batch broadcasts."""
     from .compiler import get_kernel
     from .epilogue import reference
 
-    problem, a3, b3 = _prepare(a, b, out_dtype, config)
+    problem, a3, b3 = _prepare(a, b, out_dtype, config, fp8)
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
@@ -349,7 +361,8 @@ def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta):
     return out3
 
 
-def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out_dtype, config, out):
+def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out_dtype, config, out,
+         fp8=False):
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise UnsupportedGemmError("a and b must be torch.Tensors")
     epi_args = (bias, residual, activation, scale_a, scale_b)
@@ -361,9 +374,9 @@ def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out
         plans = _TLS.plans = {}
     hit = plans.get(key)
     if hit is None:
-        plan, epi = _make_plan(a, b, out_dtype, config, out, epi_args)
+        plan, epi = _make_plan(a, b, out_dtype, config, out, epi_args, fp8)
         if plan is None:
-            return _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta)
+            return _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8)
         if len(plans) >= _MAX_PLANS:
             plans.clear()
         # the vectors are views of the caller's tensors: rebuild them per call (cheap reshape)
@@ -413,6 +426,29 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     """
     return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=None, scale_b=None,
                 alpha=alpha, beta=beta, out_dtype=out_dtype, config=config, out=out)
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+              residual: Optional[torch.Tensor] = None, beta: float = 1.0,
+              out_dtype: torch.dtype = torch.bfloat16, config: Optional[GemmConfig] = None,
+              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """FP8 GEMM with torch._scaled_mm's contract and our fused epilogue:
+    ``activation(scale_a * scale_b * (a @ b) + bias + beta * residual)``, fp32 math, one rounding.
+
+    - a: (M, K) row-major, b: (K, N) column-major (``b = w.t()`` of a row-major (N, K) ``w``),
+      float8_e4m3fn or float8_e5m2 (e5m2 x e5m2 is refused, as in torch); K and the leading
+      strides multiples of 16 elements; 16-byte aligned data.
+    - scale_a: float32, one element (tensorwise) or (M, 1) (rowwise); scale_b: one element or (1, N).
+    - out_dtype: bfloat16 (default), float16 or float32. bias/residual/activation as in ``gemm``.
+    - the FP8 WGMMA (QGMMA) runs on sm90.
+
+    Raises :class:`UnsupportedGemmError` naming the broken rule.
+    """
+    if not isinstance(scale_a, torch.Tensor) or not isinstance(scale_b, torch.Tensor):
+        raise UnsupportedGemmError("scale_a and scale_b must be float32 tensors")
+    return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=scale_a,
+                scale_b=scale_b, alpha=1.0, beta=beta, out_dtype=out_dtype, config=config, out=out, fp8=True)
 
 
 def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:

@@ -96,10 +96,17 @@ class GemmProblem:
     arch: str = "sm90a"
     # False when the caller checks real strides instead (strided views in the eager API).
     packed: bool = True
+    # B's dtype where it differs from A's (the fp8 mixes e4m3 x e5m2); None: same as ``dtype``
+    b_dtype: Optional[str] = None
+
+    @property
+    def dtype_b(self) -> str:
+        return self.b_dtype or self.dtype
 
     def describe(self) -> str:
+        b = f"x{self.b_dtype}" if self.b_dtype else ""
         return (
-            f"{self.arch} {self.dtype}->{self.out_dtype} M={self.m} N={self.n} K={self.k} "
+            f"{self.arch} {self.dtype}{b}->{self.out_dtype} M={self.m} N={self.n} K={self.k} "
             f"L={self.batch} a_major={self.a_major} b_major={self.b_major}"
         )
 
@@ -114,11 +121,12 @@ class GemmProblem:
 
 
 def make_problem(m, n, k, *, dtype, arch="sm90a", batch=1, a_major="k", b_major="n",
-                 out_dtype: Optional[object] = None) -> GemmProblem:
+                 out_dtype: Optional[object] = None, b_dtype: Optional[object] = None) -> GemmProblem:
     d = dtype_name(dtype)
+    bd = dtype_name(b_dtype) if b_dtype is not None else None
     od = dtype_name(out_dtype) if out_dtype is not None else (d if dtype_bits(d) == 16 else "bfloat16")
     return GemmProblem(int(m), int(n), int(k), int(batch), d, od, a_major, b_major,
-                       normalize_arch(arch)).check()
+                       normalize_arch(arch), b_dtype=None if bd == d else bd).check()
 
 
 def check_problem(p: GemmProblem) -> None:
@@ -133,18 +141,25 @@ def check_problem(p: GemmProblem) -> None:
         raise UnsupportedGemmError(
             f"dtype: inputs must be one of {INPUT_DTYPES_16 + INPUT_DTYPES_FP8}, got {p.dtype}"
         )
-    if p.dtype in INPUT_DTYPES_FP8:
-        raise UnsupportedGemmError(
-            "dtype: fp8 inputs go through scaled_mm (fp8 kernels are not part of this build yet)"
-        )
     if p.out_dtype not in ("float16", "bfloat16", "float32"):
         raise UnsupportedGemmError(
             f"out_dtype: must be float16, bfloat16 or float32, got {p.out_dtype}"
         )
-    if dtype_bits(p.out_dtype) == 16 and p.out_dtype != p.dtype:
-        raise UnsupportedGemmError(
-            f"out_dtype: a 16-bit output must match the input dtype ({p.dtype}), got {p.out_dtype}"
-        )
+    if p.dtype in INPUT_DTYPES_FP8:
+        if p.dtype_b not in INPUT_DTYPES_FP8:
+            raise UnsupportedGemmError(f"dtype: fp8 A needs an fp8 B, got {p.dtype_b}")
+        if p.dtype == p.dtype_b == "float8_e5m2":
+            raise UnsupportedGemmError("dtype: e5m2 x e5m2 is not a supported fp8 mix (as in torch._scaled_mm)")
+        if p.a_major != "k" or p.b_major != "k":
+            raise UnsupportedGemmError(
+                "layout: fp8 operands must be K-major: a row-major (M, K), b column-major (K, N)")
+    else:
+        if p.dtype_b != p.dtype:
+            raise UnsupportedGemmError(f"dtype: a is {p.dtype}, b is {p.dtype_b}; they must match")
+        if dtype_bits(p.out_dtype) == 16 and p.out_dtype != p.dtype:
+            raise UnsupportedGemmError(
+                f"out_dtype: a 16-bit output must match the input dtype ({p.dtype}), got {p.out_dtype}"
+            )
     if p.a_major not in MAJORS_A:
         raise UnsupportedGemmError(f"layout: a_major must be one of {MAJORS_A}, got {p.a_major!r}")
     if p.b_major not in MAJORS_B:

@@ -24,7 +24,13 @@ EPILOGUES = {
     "bias+gelu_tanh": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="gelu_tanh"),
     "bias+silu": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="silu"),
     "residual+alpha/beta": lambda od: EpilogueSpec(residual=True, residual_dtype=od),
+    # fp8 (scaled_mm) cells
+    "tensorwise-scales": lambda od: EpilogueSpec(scale_a="scalar", scale_b="scalar"),
+    "rowwise-scales": lambda od: EpilogueSpec(scale_a="row", scale_b="col"),
+    "rowwise-scales+bias+gelu_tanh": lambda od: EpilogueSpec(scale_a="row", scale_b="col", bias="col",
+                                                             bias_dtype=od, activation="gelu_tanh"),
 }
+FP8_EPILOGUES = ("tensorwise-scales", "rowwise-scales", "rowwise-scales+bias+gelu_tanh")
 LAYOUTS = (("k", "n"), ("k", "k"), ("m", "n"), ("m", "k"))
 # Instructions each kernel family must contain (one of each tuple).
 REQUIRED_SASS = {
@@ -97,8 +103,12 @@ def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
         epi_cfgs = configs_for(arch, tag) if tag == "full" else [
             c for c in quick_configs(arch) if c in (quick_configs(arch)[0], quick_configs(arch)[3])]
         for (dt, od), name, cfg in itertools.product(dtype_pairs(tag), EPILOGUES, epi_cfgs):
-            if name != "none":
+            if name != "none" and name not in FP8_EPILOGUES:
                 out.append(Cell(arch, dt, od, "k", "n", name, cfg))
+        # fp8: e4m3 x e4m3, K-major operands (torch._scaled_mm's contract), bf16 out
+        fp8_outs = ("bfloat16",) if tag == "quick" else ("bfloat16", "float16", "float32")
+        for od, name, cfg in itertools.product(fp8_outs, FP8_EPILOGUES, epi_cfgs):
+            out.append(Cell(arch, "float8_e4m3fn", od, "k", "k", name, cfg))
     return out
 
 

@@ -81,6 +81,11 @@ def gpu_gate(cell: Cell, shapes) -> dict:
             dt = getattr(torch, cell.dtype)
             od = getattr(torch, cell.out_dtype)
             g = torch.Generator(device="cuda").manual_seed(hash((cell.id, M, N, K)) % 2**31)
+            if cell.dtype.startswith("float8"):
+                m = _fp8_cell(cell, spec, g, M, N, K)
+                res["shapes"].append(m)
+                worst = max(worst or 0.0, m["max_err_over_allowed"])
+                continue
             s = K ** -0.25 if spec.activation else 1.0  # activations tested off saturation
             if cell.a_major == "k":
                 a = (torch.randn(L, M, K, device="cuda", generator=g) * s).to(dt)
@@ -114,6 +119,39 @@ def gpu_gate(cell: Cell, shapes) -> dict:
     except Exception as e:
         res.update(status="fail", reason=f"{type(e).__name__}: {str(e)[:400]}")
     return res
+
+
+def _fp8_cell(cell: Cell, spec, g, M, N, K) -> dict:
+    """scaled_mm on e4m3 operands (K padded to 16) against the dequantized float64 reference."""
+    import torch
+
+    from ..epilogue import reference
+    from ..ops import scaled_mm
+    from .tolerances import compare_fp8
+
+    K = -(-K // 16) * 16
+    dt = getattr(torch, cell.dtype)
+    od = getattr(torch, cell.out_dtype)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(dt)
+    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(dt).t()
+    if spec.scale_a == "scalar":
+        sa, sb = (torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5)
+    else:
+        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    kw = {}
+    if spec.bias:
+        kw["bias"] = torch.randn(N, device="cuda", generator=g).to(od)
+    if spec.activation:
+        kw["activation"] = spec.activation
+    ref = reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double(),
+                    **{k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()})
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=od)
+    scaled_mm(a, b, sa, sb, out_dtype=od, config=cell.config, out=out, **kw)
+    torch.cuda.synchronize()
+    m = compare_fp8(out, ref, cell.out_dtype, K, spec.activation)
+    m["shape"] = [1, M, N, K]
+    return m
 
 
 def _progress(i, n, t0, what):

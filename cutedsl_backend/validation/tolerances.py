@@ -74,3 +74,22 @@ def compare(out, ref, out_dtype: str, k: int, activation: str | None = None) -> 
         "n_nonfinite": bad_nonfinite,
         "tolerance": tol.describe(),
     }
+
+
+FP8_MIN_COSINE = 0.999
+
+
+def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None) -> dict:
+    """FP8: ``ref`` is built from the dequantized inputs (fp8 values times their scales, exact
+    in float64), so the element-wise policy above applies unchanged; the cosine similarity is
+    checked as well (>= FP8_MIN_COSINE) as the scale-free summary FP8 users quote."""
+    import torch
+
+    m = compare(out, ref, out_dtype, k, activation)
+    o = out.double().flatten()
+    r = ref.double().flatten()
+    fin = torch.isfinite(r) & torch.isfinite(o)
+    cos = float(torch.nn.functional.cosine_similarity(o[fin], r[fin], dim=0)) if bool(fin.any()) else 0.0
+    m["cosine"] = cos
+    m["ok"] = m["ok"] and cos >= FP8_MIN_COSINE
+    return m

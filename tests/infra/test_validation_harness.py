@@ -20,7 +20,7 @@ def _res(cfg, secs, arch="sm90a"):
 def test_budget_gate_passes_fails_and_proposes():
     b = load_budgets()
     ok = check_budgets([_res("a", 1.0), _res("a", 1.2), _res("b", 0.8)], b)
-    assert ok["ok"] and ok["configs"]["a"]["median_s"] == 1.1
+    assert ok["ok"] and ok["configs"]["a/gemm"]["median_s"] == 1.1
     slow = check_budgets([_res("a", 4.0), _res("a", 4.5), _res("a", 1.0)], b)
     assert not slow["ok"] and slow["regressions"]
     spike = check_budgets([_res("a", 1.0), _res("a", 1.0), _res("a", 9.0)], b)
