@@ -297,6 +297,7 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "cfg": cfg.key(),
         "dtype": problem.dtype,
         "b_dtype": problem.dtype_b,
+        "fast_accum": problem.fast_accum,
         "out": problem.out_dtype,
         "a_major": problem.a_major,
         "b_major": problem.b_major,
@@ -369,7 +370,7 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
     import cutlass.cute as cute
     from cutlass.runtime import make_fake_stream
 
-    kernel = _kernel_class(problem.arch)(cfg, epilogue)
+    kernel = _kernel_class(problem.arch)(cfg, epilogue, problem.promote_fp8)
     fakes = _fake_args(problem, epilogue)
     with tempfile.TemporaryDirectory() as dump:
         opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
@@ -478,13 +479,15 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
 
 def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: int = 1,
                  a_major: str = "k", b_major: str = "n", out_dtype=None, b_dtype=None,
-                 config: Optional[GemmConfig] = None, epilogue=None, use_cache: bool = True) -> CompiledGemm:
+                 fast_accum: bool = False, config: Optional[GemmConfig] = None, epilogue=None,
+                 use_cache: bool = True) -> CompiledGemm:
     """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem.
 
     - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
       (default) or float32. FP8: ``dtype`` float8_e4m3fn or float8_e5m2 for A, ``b_dtype`` for B
       (default: the same; e5m2 x e5m2 is refused), both K-major, any 16/32-bit ``out_dtype``
-      (default bfloat16); scales come as an epilogue (``EpilogueSpec(scale_a=..., scale_b=...)``).
+      (default bfloat16); scales come as an epilogue (``EpilogueSpec(scale_a=..., scale_b=...)``);
+      ``fast_accum`` as in torch._scaled_mm (default False: every k-tile is added in fp32).
     - ``a_major``: "k" (A row-major) or "m"; ``b_major``: "n" (B row-major) or "k".
     - The packed extents must keep 16-byte aligned strides: K (a_major "k") or M (a_major "m"),
       N (b_major "n") or K (b_major "k"), and N for the output, in multiples of 8 (16-bit).
@@ -499,7 +502,7 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
     from .epilogue import EpilogueSpec
 
     problem = make_problem(m, n, k, dtype=dtype, arch=arch, batch=batch, a_major=a_major,
-                           b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype)
+                           b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype, fast_accum=fast_accum)
     epilogue = epilogue or EpilogueSpec()
     if not use_cache:
         cfg = config or default_config(problem)

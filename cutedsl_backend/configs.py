@@ -24,6 +24,8 @@ EPI_STAGES = 4
 EPI_TILE_N = 32
 # Accumulator registers a thread may hold before the kernel spills (fp32 accumulators).
 MAX_ACC_REGS_PER_THREAD = 128
+# precise fp8 holds the accumulator twice (running sum + the current k-tile's partial)
+MAX_ACC_REGS_PER_THREAD_PROMOTED = 160
 
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
@@ -154,6 +156,12 @@ def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
         if cfg.tile_m not in allowed_m:
             raise UnsupportedGemmError(
                 f"tile_m {cfg.tile_m}: the {cfg.schedule} schedule takes tile_m in {allowed_m}"
+            )
+        if problem.promote_fp8 and 2 * acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD_PROMOTED:
+            raise UnsupportedGemmError(
+                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}): precise fp8 keeps two fp32 "
+                f"accumulators, {2 * acc_regs_per_thread(cfg)} registers per thread, over "
+                f"{MAX_ACC_REGS_PER_THREAD_PROMOTED} (use fast_accum=True or a smaller tile)"
             )
         if acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD:
             raise UnsupportedGemmError(

@@ -69,7 +69,8 @@ def _as_rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> torch.Tensor:
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = False) -> tuple:
+def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = False,
+             fast_accum: bool = False) -> tuple:
     """Validate eager operands; return (problem, batch-3d a, b, out shape)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
@@ -118,7 +119,7 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = Fa
     b_major = _operand_major(b3, 1, 2, "n", "k", "b")
     bd = dtype_name(b.dtype)
     problem = GemmProblem(m, n, k, batch, d, od, a_major, b_major, arch, packed=False,
-                          b_dtype=None if bd == d else bd)
+                          b_dtype=None if bd == d else bd, fast_accum=bool(fast_accum) and fp8)
     check_problem(problem)
     if not (m and n and k):
         return problem, a3, b3  # nothing is launched: strides of empty operands do not matter
@@ -307,7 +308,7 @@ def _make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> tuple:
     path (empty problems, K == 0, a batch-broadcast operand that has to be materialized)."""
     from .compiler import get_kernel
 
-    problem, a3, b3 = _prepare(a, b, out_dtype, config, fp8)
+    problem, a3, b3 = _prepare(a, b, out_dtype, config, bool(fp8), fp8 == "fast")
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
@@ -334,7 +335,7 @@ def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False
     from .compiler import get_kernel
     from .epilogue import reference
 
-    problem, a3, b3 = _prepare(a, b, out_dtype, config, fp8)
+    problem, a3, b3 = _prepare(a, b, out_dtype, config, bool(fp8), fp8 == "fast")
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
@@ -366,7 +367,7 @@ def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise UnsupportedGemmError("a and b must be torch.Tensors")
     epi_args = (bias, residual, activation, scale_a, scale_b)
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, out_dtype, config,
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, out_dtype, config, fp8,
            None if out is None else (out.shape, out.stride(), out.dtype, out.device),
            None if epi_args == (None,) * 5 else _epilogue_key(*epi_args))
     plans = getattr(_TLS, "plans", None)
@@ -431,8 +432,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
               residual: Optional[torch.Tensor] = None, beta: float = 1.0,
-              out_dtype: torch.dtype = torch.bfloat16, config: Optional[GemmConfig] = None,
-              out: Optional[torch.Tensor] = None) -> torch.Tensor:
+              out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False,
+              config: Optional[GemmConfig] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """FP8 GEMM with torch._scaled_mm's contract and our fused epilogue:
     ``activation(scale_a * scale_b * (a @ b) + bias + beta * residual)``, fp32 math, one rounding.
 
@@ -441,6 +442,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
       strides multiples of 16 elements; 16-byte aligned data.
     - scale_a: float32, one element (tensorwise) or (M, 1) (rowwise); scale_b: one element or (1, N).
     - out_dtype: bfloat16 (default), float16 or float32. bias/residual/activation as in ``gemm``.
+    - ``use_fast_accum`` as in torch._scaled_mm: False (default) adds every 128-deep k-tile's
+      WGMMA result into fp32 registers; True accumulates the whole K in the tensor cores' fp8
+      accumulator (fewer mantissa bits, faster, larger tiles allowed).
     - the FP8 WGMMA (QGMMA) runs on sm90.
 
     Raises :class:`UnsupportedGemmError` naming the broken rule.
@@ -448,7 +452,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     if not isinstance(scale_a, torch.Tensor) or not isinstance(scale_b, torch.Tensor):
         raise UnsupportedGemmError("scale_a and scale_b must be float32 tensors")
     return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=scale_a,
-                scale_b=scale_b, alpha=1.0, beta=beta, out_dtype=out_dtype, config=config, out=out, fp8=True)
+                scale_b=scale_b, alpha=1.0, beta=beta, out_dtype=out_dtype, config=config, out=out,
+                fp8="fast" if use_fast_accum else "precise")
 
 
 def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:

@@ -98,6 +98,17 @@ class GemmProblem:
     packed: bool = True
     # B's dtype where it differs from A's (the fp8 mixes e4m3 x e5m2); None: same as ``dtype``
     b_dtype: Optional[str] = None
+    # fp8 only: accumulate in the tensor cores' reduced-precision fp8 accumulator across the
+    # whole K (torch._scaled_mm's use_fast_accum=True); False adds every k-tile into fp32
+    fast_accum: bool = False
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype in INPUT_DTYPES_FP8
+
+    @property
+    def promote_fp8(self) -> bool:
+        return self.fp8 and not self.fast_accum
 
     @property
     def dtype_b(self) -> str:
@@ -121,12 +132,14 @@ class GemmProblem:
 
 
 def make_problem(m, n, k, *, dtype, arch="sm90a", batch=1, a_major="k", b_major="n",
-                 out_dtype: Optional[object] = None, b_dtype: Optional[object] = None) -> GemmProblem:
+                 out_dtype: Optional[object] = None, b_dtype: Optional[object] = None,
+                 fast_accum: bool = False) -> GemmProblem:
     d = dtype_name(dtype)
     bd = dtype_name(b_dtype) if b_dtype is not None else None
     od = dtype_name(out_dtype) if out_dtype is not None else (d if dtype_bits(d) == 16 else "bfloat16")
     return GemmProblem(int(m), int(n), int(k), int(batch), d, od, a_major, b_major,
-                       normalize_arch(arch), b_dtype=None if bd == d else bd).check()
+                       normalize_arch(arch), b_dtype=None if bd == d else bd,
+                       fast_accum=bool(fast_accum) and d in INPUT_DTYPES_FP8).check()
 
 
 def check_problem(p: GemmProblem) -> None:

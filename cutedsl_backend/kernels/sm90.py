@@ -50,9 +50,11 @@ class Sm90Gemm:
     persistent clusters the GPU can hold.
     """
 
-    def __init__(self, cfg: GemmConfig, epilogue: EpilogueSpec):
+    def __init__(self, cfg: GemmConfig, epilogue: EpilogueSpec, promote_fp8: bool = False):
         assert cfg.tile_k and cfg.stages, "resolve the config first"
         self.cfg = cfg
+        # fp8 without fast accumulation: add each k-tile's WGMMA result into fp32 registers
+        self.promote = promote_fp8
         self.epilogue = epilogue
         self.acc_dtype = cutlass.Float32
         self.cooperative = cfg.schedule == "cooperative"
@@ -249,6 +251,7 @@ class Sm90Gemm:
             tCrB = tiled_mma.make_fragment_B(tCsB)
             acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
             acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
+            part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             # epilogue plumbing: this group's smem buffers, barrier and store warp
@@ -306,30 +309,52 @@ class Sm90Gemm:
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
 
-                # ---- mainloop: keep one WGMMA batch in flight, release a stage once it retires
+                # ---- mainloop
                 if cutlass.const_expr(not self.cooperative):
                     cute.arch.barrier(barrier_id=my_turn, number_of_threads=2 * THREADS_PER_WG)
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
-                for k in cutlass.range(k_tiles, unroll=1):
-                    ab_pipeline.consumer_wait(read_state)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    cute.nvgpu.warpgroup.commit_group()
-                    cute.nvgpu.warpgroup.wait_group(1)
-                    if k > 0:
+                if cutlass.const_expr(self.promote):
+                    # fp8, precise: each k-tile's WGMMAs accumulate into a fresh fragment that is
+                    # then added to the fp32 accumulator (the tensor cores' fp8 accumulator keeps
+                    # fewer mantissa bits than fp32)
+                    for _k in cutlass.range(k_tiles, unroll=1):
+                        ab_pipeline.consumer_wait(read_state)
+                        part.fill(0.0)
+                        cute.nvgpu.warpgroup.fence()
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            coord = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, part, tCrA[coord], tCrB[coord], part)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(0)
                         ab_pipeline.consumer_release(release_state)
                         release_state.advance()
-                    read_state.advance()
-                if cutlass.const_expr(not self.cooperative):
-                    if idx + num_persistent < total_clusters:  # the other group has a next tile
-                        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
-                cute.nvgpu.warpgroup.wait_group(0)
-                if k_tiles > 0:
-                    ab_pipeline.consumer_release(release_state)
-                    release_state.advance()
+                        read_state.advance()
+                        acc.store(acc.load() + part.load())
+                    if cutlass.const_expr(not self.cooperative):
+                        if idx + num_persistent < total_clusters:
+                            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
+                else:
+                    # keep one WGMMA batch in flight; release a stage once its batch retired
+                    for k in cutlass.range(k_tiles, unroll=1):
+                        ab_pipeline.consumer_wait(read_state)
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            coord = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        if k > 0:
+                            ab_pipeline.consumer_release(release_state)
+                            release_state.advance()
+                        read_state.advance()
+                    if cutlass.const_expr(not self.cooperative):
+                        if idx + num_persistent < total_clusters:  # the other group has a next tile
+                            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    if k_tiles > 0:
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
 
                 # ---- epilogue: registers -> smem -> TMA store, one epi sub-tile at a time
                 gC_tile = cute.zipped_divide(gC[(None, None, tile_m, tile_n, l)], self.epi_tile)

@@ -80,6 +80,12 @@ class Cell:
         return d
 
 
+def fp8_configs(arch: str) -> list[GemmConfig]:
+    """Configs that hold precise fp8's two accumulators: a cooperative and a pingpong one."""
+    return [GemmConfig(128, 128, cluster_n=2, schedule="cooperative", raster="m", arch=arch),
+            GemmConfig(64, 128, schedule="pingpong", arch=arch)]
+
+
 def dtype_pairs(tag: str):
     pairs = [("bfloat16", "bfloat16"), ("float16", "float16")]
     if tag != "quick":
@@ -107,7 +113,7 @@ def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
                 out.append(Cell(arch, dt, od, "k", "n", name, cfg))
         # fp8: e4m3 x e4m3, K-major operands (torch._scaled_mm's contract), bf16 out
         fp8_outs = ("bfloat16",) if tag == "quick" else ("bfloat16", "float16", "float32")
-        for od, name, cfg in itertools.product(fp8_outs, FP8_EPILOGUES, epi_cfgs):
+        for od, name, cfg in itertools.product(fp8_outs, FP8_EPILOGUES, fp8_configs(arch)):
             out.append(Cell(arch, "float8_e4m3fn", od, "k", "k", name, cfg))
     return out
 

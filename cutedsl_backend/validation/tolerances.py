@@ -79,13 +79,18 @@ def compare(out, ref, out_dtype: str, k: int, activation: str | None = None) -> 
 FP8_MIN_COSINE = 0.999
 
 
-def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None) -> dict:
+def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None,
+                fast_accum: bool = False) -> dict:
     """FP8: ``ref`` is built from the dequantized inputs (fp8 values times their scales, exact
-    in float64), so the element-wise policy above applies unchanged; the cosine similarity is
-    checked as well (>= FP8_MIN_COSINE) as the scale-free summary FP8 users quote."""
+    in float64), so the element-wise policy above applies unchanged to the precise mode; the
+    cosine similarity is checked as well (>= FP8_MIN_COSINE) as the scale-free summary FP8 users
+    quote. With fast accumulation the tensor cores' fp8 accumulator (measured on the H200: a
+    relative L2 error of ~5e-4 at K=784, i.e. ~2^-11) bounds the result, whatever the output
+    dtype: it is held to the bf16 bounds (u = 2^-8), never looser."""
     import torch
 
-    m = compare(out, ref, out_dtype, k, activation)
+    tol_dtype = "bfloat16" if fast_accum and UNIT_ROUNDOFF[out_dtype] < UNIT_ROUNDOFF["bfloat16"] else out_dtype
+    m = compare(out, ref, tol_dtype, k, activation)
     o = out.double().flatten()
     r = ref.double().flatten()
     fin = torch.isfinite(r) & torch.isfinite(o)

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cutedsl_backend as cb  # noqa: E402
-from cutedsl_backend.configs import quick_configs  # noqa: E402
+from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare_fp8  # noqa: E402
 
@@ -36,27 +36,28 @@ def dequant_ref(a, b, sa, sb, **kw):
 @pytest.mark.parametrize("mix", MIXES, ids=lambda m: f"{str(m[0])[-6:]}x{str(m[1])[-6:]}")
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("out", OUT)
-@pytest.mark.parametrize("cfg", [None, quick_configs("sm90a")[3]], ids=["default", "pingpong"])
-def test_scaled_mm_numerics(mix, kind, out, cfg):
+@pytest.mark.parametrize("cfg", [None, GemmConfig(64, 128, schedule="pingpong")], ids=["default", "pingpong"])
+@pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast_accum"])
+def test_scaled_mm_numerics(mix, kind, out, cfg, fast):
     M, N, K = 1000, 2056, 784
     a, b, g = fp8_operands(M, N, K, *mix, seed=hash((mix, kind, out)) % 2**31)
     sa, sb = scales(kind, M, N, g)
     res = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[out])
-    cb.scaled_mm(a, b, sa, sb, out_dtype=OUT[out], config=cfg, out=res)
-    m = compare_fp8(res, dequant_ref(a, b, sa, sb), out, K)
+    cb.scaled_mm(a, b, sa, sb, out_dtype=OUT[out], config=cfg, out=res, use_fast_accum=fast)
+    m = compare_fp8(res, dequant_ref(a, b, sa, sb), out, K, fast_accum=fast)
     assert m["ok"], m
 
 
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
-def test_matches_torch_scaled_mm(kind):
-    M, N, K = 200, 392, 528
+@pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast_accum"])
+def test_matches_torch_scaled_mm(kind, fast):
+    M, N, K = 200, 400, 528
     a, b, g = fp8_operands(M, N, K, E4M3, E4M3, seed=9)
     sa, sb = scales(kind, M, N, g)
-    ours = cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
-    theirs = torch._scaled_mm(a, b, scale_a=sa.reshape(sa.shape if kind == "rowwise" else ()),
-                              scale_b=sb.reshape(sb.shape if kind == "rowwise" else ()), out_dtype=torch.bfloat16)
-    m = compare_fp8(ours, theirs.double(), "bfloat16", K)
-    assert m["cosine"] > 0.9999, m
+    ours = cb.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=fast)
+    theirs = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32, use_fast_accum=fast)
+    m = compare_fp8(ours, theirs.double(), "float32", K, fast_accum=True)
+    assert m["ok"] and m["cosine"] > 0.9999, m
 
 
 def test_scaled_mm_with_fused_epilogue():
@@ -66,7 +67,8 @@ def test_scaled_mm_with_fused_epilogue():
     sa, sb = sa / 16, sb / 16  # keep the pre-activation near N(0, 1)
     bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
     res = torch.randn(M, N, device="cuda", generator=g).to(torch.bfloat16)
-    out = cb.scaled_mm(a, b, sa, sb, bias=bias, residual=res, beta=0.5, activation="gelu_tanh")
+    out = cb.scaled_mm(a, b, sa, sb, bias=bias, residual=res, beta=0.5, activation="gelu_tanh",
+                       config=GemmConfig(64, 128, schedule="pingpong"))
     m = compare_fp8(out, dequant_ref(a, b, sa, sb, bias=bias.double(), residual=res.double(), beta=0.5,
                                      activation="gelu_tanh"), "bfloat16", K, "gelu_tanh")
     assert m["ok"], m
@@ -87,3 +89,5 @@ def test_scaled_mm_bad_inputs():
         cb.gemm(a, b)
     with pytest.raises(cb.UnsupportedGemmError, match="float32"):
         cb.scaled_mm(a, b, s.half(), s)
+    with pytest.raises(cb.UnsupportedGemmError, match="two fp32"):
+        cb.scaled_mm(a, b, s, s, config=GemmConfig(128, 256))  # precise fp8 needs smaller tiles
