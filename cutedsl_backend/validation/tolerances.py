@@ -81,16 +81,18 @@ FP8_MIN_COSINE = 0.999
 
 def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None,
                 fast_accum: bool = False) -> dict:
-    """FP8: ``ref`` is built from the dequantized inputs (fp8 values times their scales, exact
-    in float64), so the element-wise policy above applies unchanged to the precise mode; the
-    cosine similarity is checked as well (>= FP8_MIN_COSINE) as the scale-free summary FP8 users
-    quote. With fast accumulation the tensor cores' fp8 accumulator (measured on the H200: a
-    relative L2 error of ~5e-4 at K=784, i.e. ~2^-11) bounds the result, whatever the output
-    dtype: it is held to the bf16 bounds (u = 2^-8), never looser."""
+    """FP8: ``ref`` is built from the dequantized inputs (fp8 values times their scales, exact in
+    float64). Hopper's FP8 WGMMA accumulates in the tensor cores with fewer mantissa bits than
+    fp32, in both modes: measured on the H200 at K=784 (2026-12-02, run 7), relative L2 errors of
+    ~5e-4 with fast accumulation and 1e-4..2.5e-4 with the per-k-tile fp32 promotion, against
+    ~1e-6 for a true fp32 accumulation. So an FP8 result is held to the bf16 bounds (u = 2^-8)
+    whatever its output dtype (never looser than the output's own), plus cosine similarity
+    >= FP8_MIN_COSINE, the scale-free summary FP8 users quote. ``fast_accum`` is recorded only."""
     import torch
 
-    tol_dtype = "bfloat16" if fast_accum and UNIT_ROUNDOFF[out_dtype] < UNIT_ROUNDOFF["bfloat16"] else out_dtype
+    tol_dtype = "bfloat16" if UNIT_ROUNDOFF[out_dtype] < UNIT_ROUNDOFF["bfloat16"] else out_dtype
     m = compare(out, ref, tol_dtype, k, activation)
+    m["fast_accum"] = fast_accum
     o = out.double().flatten()
     r = ref.double().flatten()
     fin = torch.isfinite(r) & torch.isfinite(o)

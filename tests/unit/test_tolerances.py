@@ -53,3 +53,24 @@ def test_nan_in_reference_must_match():
 def test_tolerance_grows_with_k_and_output_precision():
     assert tolerance("bfloat16", 4096).atol > tolerance("float16", 4096).atol > tolerance("float32", 4096).atol
     assert tolerance("float32", 16384).atol > tolerance("float32", 64).atol
+
+
+def test_fp8_policy_accepts_reduced_precision_accumulation_and_catches_bugs():
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    g = torch.Generator().manual_seed(1)
+    a = (torch.randn(64, 256, generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(256, 96, generator=g) * 2).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(64, 1, generator=g) + 0.5, torch.rand(1, 96, generator=g) + 0.5
+    ref = (a.double() @ b.double()) * sa.double() * sb.double()
+    # a tensor-core-like result: ~2^-12 relative noise on top of the exact value
+    noisy = ref * (1 + 2.0**-12 * torch.randn(ref.shape, generator=g, dtype=torch.float64))
+    assert compare_fp8(noisy.float(), ref, "float32", 256)["ok"]
+    assert compare_fp8(noisy.to(torch.bfloat16), ref, "bfloat16", 256)["ok"]
+    ignored_scale = (a.double() @ b.double()) * sa.double()  # scale_b dropped
+    assert not compare_fp8(ignored_scale.float(), ref, "float32", 256)["ok"]
+    wrong_axis = (a.double() @ b.double()) * sa.double().flip(0) * sb.double()  # rows' scales misplaced
+    assert not compare_fp8(wrong_axis.float(), ref, "float32", 256)["ok"]
+    bad = noisy.float().clone()
+    bad[3, 4] = float("nan")
+    assert not compare_fp8(bad, ref, "float32", 256)["ok"]
