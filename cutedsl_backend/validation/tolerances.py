@@ -43,7 +43,7 @@ class Tolerance:
 def tolerance(out_dtype: str, k: int, activation: str | None = None) -> Tolerance:
     u = UNIT_ROUNDOFF[out_dtype]
     acc = ACC_ORDER_FACTOR * math.sqrt(max(k, 1)) * UNIT_ROUNDOFF["float32"]
-    act = ACTIVATION_APPROX.get(activation, 0.0)
+    act = ACTIVATION_APPROX.get(activation, 0.0) if activation else 0.0
     return Tolerance(rtol=2 * u + act, atol=u + acc + act, rel_l2=2 * u + acc + act)
 
 

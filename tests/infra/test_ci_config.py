@@ -1,0 +1,109 @@
+"""The workflows, the images and the noxfile agree: every session a workflow calls exists, GPU
+jobs run only on self-hosted GPU labels inside the GPU image, actions are pinned by SHA, and
+the images install the versions the noxfile tests."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="pyyaml is installed by the nox tests session")
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def nox_sessions() -> set:
+    cmd = [sys.executable, "-m", "nox", "-l", "--json", "-t", "quick", "gpu", "full", "-f", str(ROOT / "noxfile.py")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    data = json.loads(out.stdout)
+    return {s["session"] for s in data} | {s["name"] for s in data}
+
+
+def load(p):
+    return yaml.load(p.read_text(), Loader=yaml.BaseLoader)  # BaseLoader: "on" stays a string
+
+
+def steps(wf):
+    for name, job in wf["jobs"].items():
+        for step in job.get("steps", []):
+            yield name, job, step
+
+
+def test_workflows_exist():
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gpu.yml", "release-validation.yml"}
+
+
+def test_every_nox_session_called_exists():
+    sessions = nox_sessions()
+    called = []
+    for p in WORKFLOWS:
+        for _, _, step in steps(load(p)):
+            for m in re.finditer(r"nox (?:--no-venv )?-s \"?([a-z_]+)", step.get("run", "")):
+                called.append(m.group(1))
+    assert called, "the workflows call no nox session"
+    for c in called:
+        assert c in sessions, f"workflow calls nox session {c!r}, which the noxfile lacks"
+
+
+def test_gpu_jobs_only_on_self_hosted_gpu_runners_in_the_image():
+    from importlib import util
+
+    spec = util.spec_from_file_location("gpu_matrix", ROOT / ".github" / "scripts" / "gpu_matrix.py")
+    mod = util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for labels in mod.RUNNERS.values():
+        assert labels[0] == "self-hosted" and labels[-1] in ("h100", "b200")
+    for p in WORKFLOWS:
+        for name, job in load(p)["jobs"].items():
+            runs_on = json.dumps(job.get("runs-on"))
+            text = json.dumps(job)
+            uses_gpu = "--gpus all" in text or "self-hosted" in runs_on or "matrix.runner" in runs_on
+            if not uses_gpu:
+                assert "ubuntu" in runs_on, (p.name, name)
+                continue
+            assert "container" in job and "-gpu:" in job["container"]["image"], (p.name, name)
+            assert job["container"]["options"] == "--gpus all", (p.name, name)
+            assert "environment" in job, f"{p.name}:{name}: self-hosted jobs need an approval environment"
+            if "matrix.runner" in runs_on and "include" in json.dumps(job["strategy"]["matrix"]):
+                for inc in job["strategy"]["matrix"]["include"]:
+                    assert inc["runner"][0] == "self-hosted"
+
+
+def test_actions_pinned_and_permissions_least_privilege():
+    for p in WORKFLOWS:
+        wf = load(p)
+        assert wf.get("permissions") == {"contents": "read"}, p.name
+        assert "concurrency" in wf, p.name
+        for _, _job, step in steps(wf):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] == "false"
+        if "pull_request" in wf["on"]:
+            assert "pull_request_target" not in wf["on"]
+
+
+def test_images_install_what_the_noxfile_tests():
+    nox_src = (ROOT / "noxfile.py").read_text()
+    dsl = re.search(r'DSL_NEWEST = "([\d.]+)"', nox_src).group(1)
+    torch_cpu = re.search(r'"CUTEDSL_TORCH", "torch==([\d.]+)"', nox_src).group(1)
+    gpu = (ROOT / "docker" / "Dockerfile.gpu").read_text()
+    cpu = (ROOT / "docker" / "Dockerfile.cpu").read_text()
+    for text in (gpu, cpu):
+        assert f"ARG DSL_VERSION={dsl}" in text
+        assert 'nvidia-cutlass-dsl-libs-cu13==${DSL_VERSION}' in text and "--force-reinstall" in text
+        assert "USER 1000" in text  # non-root
+    assert f"ARG TORCH_VERSION={torch_cpu}" in cpu
+    assert "ARG TORCH_VERSION=2.11.0" in gpu  # the oldest torch we support, as on the H200
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "torch>=2.11" in pyproject and "nvidia-cutlass-dsl[cu13]>=4.8.0,<4.9" in pyproject
+    # the commands the images run exist
+    from cutedsl_backend.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["precompile", "--help"])
+    assert "validate" in nox_sessions()
