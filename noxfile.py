@@ -117,6 +117,15 @@ def validate(session: nox.Session) -> None:
     session.run("python", "-m", "cutedsl_backend", "validate", *session.posargs)
 
 
+@nox.session(tags=["quick", "standard", "full", "cpu"], venv_backend=BACKEND)
+def mutants(session: nox.Session) -> None:
+    """Fault injection: every deliberately broken variant must be caught (also part of tests)."""
+    install_runtime(session)
+    if not USE_SYSTEM:
+        session.install(*TEST_DEPS)
+    session.run("python", "-m", "pytest", "tests/unit/test_mutants.py", "-q", "-rs")
+
+
 @nox.session(tags=["full", "cpu"], venv_backend=BACKEND)
 @nox.parametrize("dsl", [DSL_OLDEST, DSL_NEWEST])
 def compile_versions(session: nox.Session, dsl: str) -> None:

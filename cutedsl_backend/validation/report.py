@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -15,10 +16,12 @@ def write_reports(report: dict, out_dir: Path) -> dict:
         "junit": out_dir / "junit.xml",
         "markdown": out_dir / "summary.md",
         "budgets_proposal": out_dir / "budgets.proposed.json",
+        "html": out_dir / "report.html",
     }
     paths["json"].write_text(json.dumps(report, indent=1, default=str))
     paths["junit"].write_text(junit(report))
     paths["markdown"].write_text(markdown(report))
+    paths["html"].write_text(html(report))
     paths["budgets_proposal"].write_text(
         json.dumps(report["summary"]["budgets"].get("proposed", {}), indent=2) + "\n")
     return paths
@@ -96,6 +99,11 @@ def markdown(report: dict) -> str:
         for r in p["results"]:
             out.append(f"| {r['dtype']} | {r['shape']} | {r['ours_tflops']:.1f} | {r['peer_tflops']:.1f} | "
                        f"{r['ratio']:.3f} | {r['min_ratio']} | {r['status']} |")
+    if report.get("mutants"):
+        mu = report["mutants"]
+        out += ["", f"## Fault injection: {sum(m['caught'] for m in mu)}/{len(mu)} mutants caught", "",
+                "| mutant | kind | caught | by |", "|---|---|---|---|"]
+        out += [f"| {m['mutant']} | {m['kind']} | {'yes' if m['caught'] else 'NO'} | {m['by']} |" for m in mu]
     comp = [r for r in res if r["gate"] == "compile" and r.get("sass")]
     if comp:
         out += ["", "## SASS summary (compile gate)", "",
@@ -140,3 +148,120 @@ def merge_reports(out_dir, report_paths) -> int:
     write_reports(merged, out)
     print((out / "summary.md").read_text())
     return 0 if ok else 1
+
+
+# ----------------------------------------------------------------------------- HTML
+
+_COLORS = {"pass": "#3c9a5f", "fail": "#c0392b", "skip": "#9aa0a6"}
+
+
+def _esc(x) -> str:
+    return escape(str(x))
+
+
+def _bar_chart(title: str, groups: list, series: list, unit: str) -> str:
+    """Grouped bars as inline SVG: groups = [(label, [value per series])]."""
+    if not groups:
+        return f"<p><em>{_esc(title)}: nothing measured in this run.</em></p>"
+    w_bar, gap, h = 18, 14, 220
+    vmax = max((v for _, vals in groups for v in vals if v is not None), default=1.0) or 1.0
+    width = 60 + len(groups) * (len(series) * w_bar + gap)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    parts = [f'<svg width="{width}" height="{h + 90}" role="img" aria-label="{_esc(title)}">',
+             f'<text x="4" y="14" font-size="13" font-weight="bold">{_esc(title)} ({_esc(unit)})</text>']
+    x = 50
+    for label, vals in groups:
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            bh = h * v / vmax
+            parts.append(f'<rect x="{x + i * w_bar}" y="{24 + h - bh:.1f}" width="{w_bar - 2}" height="{bh:.1f}" '
+                         f'fill="{palette[i % 4]}"><title>{_esc(series[i])}: {v:.1f} {_esc(unit)}</title></rect>')
+        parts.append(f'<text x="{x}" y="{h + 40}" font-size="10" transform="rotate(30 {x},{h + 40})">'
+                     f'{_esc(label)}</text>')
+        x += len(series) * w_bar + gap
+    for i, s in enumerate(series):
+        parts.append(f'<rect x="{50 + i * 150}" y="{h + 75}" width="10" height="10" fill="{palette[i % 4]}"/>'
+                     f'<text x="{64 + i * 150}" y="{h + 84}" font-size="11">{_esc(s)}</text>')
+    parts.append(f'<text x="4" y="34" font-size="10">{vmax:.0f}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _histogram(title: str, values: list, unit: str, bins: int = 12) -> str:
+    if not values:
+        return f"<p><em>{_esc(title)}: nothing measured in this run.</em></p>"
+    lo, hi = min(values), max(values)
+    step = (hi - lo) / bins or 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - lo) / step))] += 1
+    groups = [(f"{lo + i * step:.1f}-{lo + (i + 1) * step:.1f}", [c]) for i, c in enumerate(counts)]
+    return _bar_chart(title, groups, ["cells"], unit)
+
+
+def html(report: dict) -> str:
+    """A self-contained page: summary, pass/skip/fail heatmap, compile times, performance."""
+    s = report["summary"]
+    res = report["results"]
+    c = Counter(r["status"] for r in res)
+    # heatmap: rows arch/dtype->out, columns epilogue; a cell shows its worst status over gates
+    rank = {"fail": 2, "pass": 1, "skip": 0}
+    grid: dict = defaultdict(lambda: defaultdict(Counter))
+    cols = []
+    for r in res:
+        cell = r.get("cell", {})
+        if "dtype" not in cell:
+            continue
+        row = f"{cell['arch']} {cell['dtype']}->{cell['out_dtype']}"
+        col = cell.get("epilogue", "none")
+        if col not in cols:
+            cols.append(col)
+        grid[row][col][r["status"]] += 1
+    heat = ["<table class='heat'><tr><th>arch dtype->out</th>" + "".join(f"<th>{_esc(x)}</th>" for x in cols)
+            + "</tr>"]
+    for row in sorted(grid):
+        heat.append(f"<tr><th>{_esc(row)}</th>")
+        for col in cols:
+            cnt = grid[row].get(col)
+            if not cnt:
+                heat.append("<td></td>")
+                continue
+            worst = max(cnt, key=lambda k: rank[k])
+            label = " ".join(f"{k}:{v}" for k, v in sorted(cnt.items()))
+            heat.append(f"<td style='background:{_COLORS[worst]};color:white' title='{_esc(label)}'>"
+                        f"{_esc(label)}</td>")
+        heat.append("</tr>")
+    heat.append("</table>")
+    for r in res:  # unbuilt archs and other rows without a dtype
+        if r.get("status") == "skip" and "dtype" not in r.get("cell", {}):
+            heat.append(f"<p>{_esc(r['id'])} ({_esc(r['gate'])}): skipped: {_esc(r['reason'])}</p>")
+    compile_secs = [r["compile_seconds"] for r in res if r.get("gate") == "compile" and r.get("compile_seconds")]
+    perf = report.get("perf") or {}
+    perf_groups = [(f"{p['dtype']} {p['shape']}", [p["ours_tflops"], p["peer_tflops"]])
+                   for p in perf.get("results", [])]
+    skips = "".join(f"<tr><td>{_esc(k)}</td><td>{v}</td></tr>" for k, v in s["skips_by_reason"].items())
+    fails = "".join(f"<li><code>{_esc(r['id'])}</code> ({_esc(r['gate'])}): {_esc(r.get('reason', ''))}</li>"
+                    for r in res if r["status"] == "fail") or "<li>none</li>"
+    mutants = "".join(f"<tr><td>{_esc(m['mutant'])}</td><td>{_esc(m['kind'])}</td><td>{'yes' if m['caught'] else 'NO'}"
+                      f"</td><td>{_esc(m['by'])}</td></tr>" for m in report.get("mutants") or [])
+    env = report.get("environment", {})
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>cutedsl-backend validation {_esc(s['run_id'])}</title>
+<style>body{{font-family:sans-serif;margin:24px;max-width:1200px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ddd;padding:4px 8px;font-size:12px}} .heat td{{text-align:center}}
+.ok{{color:{_COLORS['pass']}}} .bad{{color:{_COLORS['fail']}}}</style></head><body>
+<h1>cutedsl-backend validation: {_esc(s['run_id'])}</h1>
+<p class="{'ok' if s['ok'] else 'bad'}"><b>{'PASS' if s['ok'] else 'FAIL'}</b>: {c['pass']} passed, {c['fail']} failed,
+{c['skip']} skipped ({s['seconds']} s, tag <code>{_esc(s['tag'])}</code>)</p>
+<p>Machine: {_esc(env.get('gpu', 'no GPU'))}; torch {_esc(env.get('torch'))};
+nvidia-cutlass-dsl {_esc(env.get('nvidia_cutlass_dsl'))}</p>
+<h2>Pass / skip / fail by architecture, dtype and epilogue</h2>{''.join(heat)}
+<h2>Skips by reason</h2><table><tr><th>reason</th><th>cells</th></tr>{skips}</table>
+<h2>Failures</h2><ul>{fails}</ul>
+<h2>Compile times</h2>{_histogram("compile seconds per cell", compile_secs, "cells per bin")}
+<h2>Performance (same run, vs the peer)</h2>
+{_bar_chart("TFLOP/s per shape", perf_groups, ["cutedsl-backend", perf.get("peer", "peer")], "TFLOP/s")}
+<h2>Fault injection</h2><table><tr><th>mutant</th><th>kind</th><th>caught</th><th>by</th></tr>{mutants}</table>
+</body></html>
+"""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from .budgets import check_budgets, load_budgets
 from .environment import environment, gpu_arch, gpu_description
-from .matrix import GPU_SHAPES, REQUIRED_SASS, Cell, cells, unbuilt_archs
+from .matrix import GPU_SHAPES, Cell, cells, unbuilt_archs
+from .mutants import run_mutants, sass_gate_problems
 from .report import write_reports
 
 
@@ -35,13 +36,7 @@ def compile_gate(cell: Cell) -> dict:
         _store_to_disk(cg)  # the GPU stage (and later runs) load it instead of recompiling
         counts = cg.sass_counts()
         r = cg.resources
-        missing = [alts for alts in REQUIRED_SASS[(p.arch, dtype_bits(p.dtype))]
-                   if not any(counts.get(op, 0) for op in alts)]
-        problems = []
-        if missing:
-            problems.append("SASS lacks " + " and ".join("/".join(a) for a in missing))
-        if r.local_bytes or counts.get("LDL") or counts.get("STL"):
-            problems.append(f"local memory in use ({r.local_bytes} bytes/thread; spills)")
+        problems = sass_gate_problems(counts, p.arch, dtype_bits(p.dtype), r.local_bytes)
         res.update(
             status="fail" if problems else "pass",
             reason="; ".join(problems),
@@ -240,6 +235,11 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
         perf = perf_gate(tag)
         results += perf["results"]
 
+    mutants = run_mutants()
+    for mu in mutants:
+        results.append({"id": f"mutant/{mu['mutant']}", "gate": "mutant", "cell": {"arch": "sm90a"},
+                        "status": "pass" if mu["caught"] else "fail",
+                        "reason": "" if mu["caught"] else f"NOT caught: {mu['by']}"})
     counts = Counter(r["status"] for r in results)
     skips = Counter(r["reason"] for r in results if r["status"] == "skip")
     fails = [r for r in results if r["status"] == "fail"]
@@ -251,8 +251,9 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
         "require_gpu": require_gpu, "gpu_required_but_missing": gpu_missing,
         "ok": not fails and not budget_fail and not gpu_missing,
     }
+    summary["mutants"] = {"total": len(mutants), "caught": sum(m["caught"] for m in mutants)}
     report = {"schema": 1, "summary": summary, "environment": env, "results": results,
-              "perf": perf}
+              "perf": perf, "mutants": mutants}
     paths = write_reports(report, out_dir)
     print(paths["markdown"].read_text())
     print(f"reports written to {out_dir}/ ({', '.join(p.name for p in paths.values())})")

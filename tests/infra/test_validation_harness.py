@@ -40,7 +40,7 @@ def test_reports_are_written_and_count_skips(tmp_path):
     results = [
         _res("a", 1.0),
         {"id": "sm90a/x/a", "gate": "gpu", "status": "skip", "reason": "not run: needs sm90 GPU",
-         "cell": {"arch": "sm90a"}},
+         "cell": {"arch": "sm90a", "dtype": "bfloat16", "out_dtype": "bfloat16", "epilogue": "none"}},
         {"id": "sm90a/x/b", "gate": "gpu", "status": "fail", "reason": "numerics off",
          "cell": {"arch": "sm90a"}},
     ]
@@ -54,6 +54,9 @@ def test_reports_are_written_and_count_skips(tmp_path):
     root = ET.parse(paths["junit"]).getroot()
     assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
     assert json.loads(paths["json"].read_text())["summary"]["run_id"] == "t"
+    page = paths["html"].read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "not run: needs sm90 GPU" in page
+    assert "http" not in page.replace("http-equiv", "")  # self-contained: nothing fetched
 
 
 def test_readme_commands_and_ci_agree():

@@ -1,0 +1,136 @@
+"""Fault injection: deliberately broken variants that the suite must catch.
+
+Two kinds, both reported with what caught them:
+  - real artifacts (any machine): a compiled kernel without HGMMA must fail the SASS gate, and a
+    real compile must fail a budget it cannot meet;
+  - numerics faults (any machine, emulated with torch on the CPU): the output a kernel with the
+    bug would produce (wrong bias axis, missing activation, ignored scale, transposed output,
+    unwritten tail) must fail the tolerance policy against the true reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+from .budgets import check_budgets, load_budgets
+from .matrix import REQUIRED_SASS
+
+
+def sass_gate_problems(counts: dict, arch: str, in_bits: int, local_bytes: int) -> list[str]:
+    """The compile gate's SASS and spill rules (shared with the runner)."""
+    problems = []
+    missing = [alts for alts in REQUIRED_SASS[(arch, in_bits)] if not any(counts.get(op, 0) for op in alts)]
+    if missing:
+        problems.append("SASS lacks " + " and ".join("/".join(a) for a in missing))
+    if local_bytes or counts.get("LDL") or counts.get("STL"):
+        problems.append(f"local memory in use ({local_bytes} bytes/thread; spills)")
+    return problems
+
+
+def _copy_kernel_cubin() -> bytes:
+    """A real sm_90a cubin of a kernel that is no GEMM (an element-wise copy)."""
+    import tempfile
+    from pathlib import Path
+
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from .mutant_kernels import launch_copy
+
+    x = make_fake_compact_tensor(cutlass.Float16, (cute.sym_int32(),), assumed_align=16)
+    with tempfile.TemporaryDirectory() as d:
+        fn = cute.compile(launch_copy, x, x, options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {d}")
+        cubin = fn.__cubin__ or next(Path(d).glob("*.cubin")).read_bytes()
+    return cubin if isinstance(cubin, bytes) else cubin.encode("latin-1")
+
+
+def mutant_no_hgmma() -> dict:
+    from ..compiler import disassemble, resource_usage
+
+    cubin = _copy_kernel_cubin()
+    text = disassemble(cubin)
+    counts = {op: text.count(op) for op in ("HGMMA", "QGMMA", "UTMALDG", "LDL", "STL")}
+    problems = sass_gate_problems(counts, "sm90a", 16, resource_usage(cubin).local_bytes)
+    return {"caught": any("HGMMA" in p for p in problems), "by": "; ".join(problems) or "nothing"}
+
+
+def mutant_over_budget() -> dict:
+    from ..compiler import compile_gemm
+    from ..configs import quick_configs
+
+    k = compile_gemm(512, 512, 512, dtype="bfloat16", config=quick_configs("sm90a")[5], use_cache=False)
+    tight = copy.deepcopy(load_budgets())
+    fam = tight["families"]["sm90a/gemm"]
+    fam["median_s"] = fam["cell_max_s"] = k.compile_seconds / 4  # a budget the kernel cannot meet
+    res = {"compile_seconds": k.compile_seconds, "cell": {"arch": "sm90a", "config": k.config.name}}
+    verdict = check_budgets([res], tight)
+    return {"caught": not verdict["ok"], "by": "; ".join(verdict["regressions"]) or "nothing"}
+
+
+# ------------------------------------------------------------------------- numerics faults
+
+def _case():
+    import torch
+
+    from ..epilogue import reference
+
+    g = torch.Generator().manual_seed(7)
+    m = n = 96  # square, so a transposed or wrongly-broadcast result has the right shape
+    k = 200
+    a = (torch.randn(m, k, generator=g) * k ** -0.25).to(torch.bfloat16).double()
+    b = (torch.randn(k, n, generator=g) * k ** -0.25).to(torch.bfloat16).double()
+    bias = torch.randn(n, generator=g).to(torch.bfloat16).double()
+    sa = torch.rand(m, 1, generator=g, dtype=torch.float64) + 0.5
+    sb = torch.rand(1, n, generator=g, dtype=torch.float64) + 0.5
+    acc = a @ b
+    ref = reference(acc, bias=bias, activation="gelu_tanh", scale_a=sa, scale_b=sb)
+    return acc, bias, sa, sb, ref, reference, k
+
+
+NUMERIC_FAULTS: dict[str, Callable] = {
+    "wrong bias axis": lambda acc, bias, sa, sb, f: f(acc, bias=bias.reshape(-1, 1), activation="gelu_tanh",
+                                                     scale_a=sa, scale_b=sb),
+    "missing activation": lambda acc, bias, sa, sb, f: f(acc, bias=bias, scale_a=sa, scale_b=sb),
+    "ignored scale": lambda acc, bias, sa, sb, f: f(acc, bias=bias, activation="gelu_tanh", scale_a=sa),
+    "transposed output": lambda acc, bias, sa, sb, f: f(acc, bias=bias, activation="gelu_tanh", scale_a=sa,
+                                                        scale_b=sb).t().contiguous(),
+    "unwritten tail": lambda acc, bias, sa, sb, f: _poison_tail(f(acc, bias=bias, activation="gelu_tanh",
+                                                                  scale_a=sa, scale_b=sb)),
+}
+
+
+def _poison_tail(out):
+    out = out.clone()
+    out[:, -8:] = float("nan")  # the NaN the harness poisons outputs with, never overwritten
+    return out
+
+
+def numeric_fault(name: str) -> dict:
+    from .tolerances import compare
+
+    acc, bias, sa, sb, ref, reference, k = _case()
+    bad = NUMERIC_FAULTS[name](acc, bias, sa, sb, reference).to(__import__("torch").bfloat16)
+    m = compare(bad, ref, "bfloat16", k, activation="gelu_tanh")
+    good = compare(ref.to(__import__("torch").bfloat16), ref, "bfloat16", k, activation="gelu_tanh")
+    why = f"rel_l2={m['rel_l2']:.2e}, bad elements={m['n_bad']}, non-finite={m['n_nonfinite']}"
+    return {"caught": (not m["ok"]) and good["ok"], "by": "tolerance policy: " + why}
+
+
+def run_mutants() -> list[dict]:
+    """Every mutant, run; each entry says whether (and by what) it was caught."""
+    out = []
+    for name, fn, kind in (("kernel without HGMMA", mutant_no_hgmma, "real cubin, SASS gate"),
+                           ("kernel over budget", mutant_over_budget, "real compile, budget gate")):
+        try:
+            out.append({"mutant": name, "kind": kind, **fn()})
+        except Exception as e:  # a mutant that cannot run is reported, never counted as caught
+            out.append({"mutant": name, "kind": kind, "caught": False, "by": f"error: {type(e).__name__}: {e}"})
+    for name in NUMERIC_FAULTS:
+        try:
+            out.append({"mutant": name, "kind": "emulated output, tolerance policy", **numeric_fault(name)})
+        except Exception as e:
+            out.append({"mutant": name, "kind": "emulated output", "caught": False,
+                        "by": f"error: {type(e).__name__}: {e}"})
+    return out
