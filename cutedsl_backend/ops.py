@@ -189,29 +189,10 @@ class _Epilogue:
             if res_dtype not in out_ok:
                 raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
             self.residual = _residual_view(residual)
-        sa_kind = sb_kind = None
-        if scale_a is not None:
-            _check_tensor("scale_a", scale_a, device)
-            if scale_a.numel() == 1 and scale_a.dim() <= 2:
-                sa_kind = "scalar"
-            elif tuple(scale_a.shape) == (m, 1):
-                sa_kind = "row"
-            else:
-                raise UnsupportedGemmError(f"scale_a: shape must be () or ({m}, 1), got {tuple(scale_a.shape)}")
-            if scale_a.dtype != torch.float32:
-                raise UnsupportedGemmError(f"scale_a: dtype must be float32, got {scale_a.dtype}")
-            self.scale_a = _unit_vector("scale_a", scale_a)
-        if scale_b is not None:
-            _check_tensor("scale_b", scale_b, device)
-            if scale_b.numel() == 1 and scale_b.dim() <= 2:
-                sb_kind = "scalar"
-            elif tuple(scale_b.shape) == (1, n):
-                sb_kind = "col"
-            else:
-                raise UnsupportedGemmError(f"scale_b: shape must be () or (1, {n}), got {tuple(scale_b.shape)}")
-            if scale_b.dtype != torch.float32:
-                raise UnsupportedGemmError(f"scale_b: dtype must be float32, got {scale_b.dtype}")
-            self.scale_b = _unit_vector("scale_b", scale_b)
+        sa_kind = _scale_kind("scale_a", scale_a, (m, 1), "row", device)
+        sb_kind = _scale_kind("scale_b", scale_b, (1, n), "col", device)
+        self.scale_a = None if scale_a is None else _unit_vector("scale_a", scale_a)
+        self.scale_b = None if scale_b is None else _unit_vector("scale_b", scale_b)
         self.spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias_dtype or "float32",
                                  residual=residual is not None, residual_dtype=res_dtype or "float32",
                                  scale_a=sa_kind, scale_b=sb_kind)
@@ -231,6 +212,20 @@ class _Epilogue:
 
     def ptrs(self) -> tuple:
         return tuple(t.data_ptr() for t in self.tensors() if t is not None)
+
+
+def _scale_kind(what, t, vector_shape, vector_kind, device):
+    """None, "scalar" (one element: tensorwise) or ``vector_kind`` (rowwise/columnwise)."""
+    if t is None:
+        return None
+    _check_tensor(what, t, device)
+    if t.dtype != torch.float32:
+        raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
+    if t.numel() == 1 and t.dim() <= 2:
+        return "scalar"
+    if tuple(t.shape) == vector_shape:
+        return vector_kind
+    raise UnsupportedGemmError(f"{what}: shape must be () or {vector_shape}, got {tuple(t.shape)}")
 
 
 def _check_tensor(what, t, device):
