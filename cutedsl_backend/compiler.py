@@ -362,7 +362,9 @@ def _kernel_class(arch: str):
         from .kernels.sm90 import Sm90Gemm
 
         return Sm90Gemm
-    raise NotImplementedError(arch)
+    from .kernels.sm100 import Sm100Gemm
+
+    return Sm100Gemm
 
 
 def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> CompiledGemm:

@@ -98,15 +98,21 @@ def epilogue_groups(cfg: GemmConfig) -> int:
     return 2 if (cfg.arch == "sm90a" and cfg.schedule == "pingpong") else 1
 
 
+def ctas_per_mma(cfg: GemmConfig) -> int:
+    """sm100a cta_group::2 spreads one MMA tile over a CTA pair."""
+    return 2 if cfg.two_cta else 1
+
+
 def epilogue_tile(cfg: GemmConfig) -> tuple[int, int]:
     if cfg.arch == "sm90a" and cfg.schedule == "pingpong":
         return (64, EPI_TILE_N)
-    return (min(128, cfg.tile_m), EPI_TILE_N)
+    return (min(128, cfg.tile_m // ctas_per_mma(cfg)), EPI_TILE_N)
 
 
 def smem_bytes_per_stage(cfg: GemmConfig, problem: GemmProblem) -> int:
+    """Per CTA: its share of the A tile and (conservatively, on sm100a too) the whole B tile."""
     tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
-    return (cfg.tile_m + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
+    return (cfg.tile_m // ctas_per_mma(cfg) + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
 
 
 def epilogue_smem_bytes(cfg: GemmConfig, problem: GemmProblem) -> int:
@@ -171,7 +177,7 @@ def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
                 f"{MAX_ACC_REGS_PER_THREAD} (it would spill)"
             )
     else:
-        raise UnsupportedGemmError("sm100a kernels are not part of this build yet (issue: Blackwell family)")
+        check_sm100_rules(cfg)
     stages = cfg.stages or max_stages(cfg, problem)
     need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem)
     need += SMEM_RESERVED
@@ -180,6 +186,28 @@ def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
             f"shared memory: {stages} stages of {cfg.tile_m}x{cfg.tile_n}x{tile_k} need {need} bytes,"
             f" over the {SMEM_CAPACITY[cfg.arch]} available (or fewer than 2 stages fit)"
         )
+
+
+# Tensor memory: 512 fp32 columns per SM; the accumulator is double-buffered (tile_n columns each).
+TMEM_COLUMNS = 512
+SM100_ACC_STAGES = 2
+
+
+def check_sm100_rules(cfg: GemmConfig) -> None:
+    if cfg.schedule != "cooperative":
+        raise UnsupportedGemmError(
+            "schedule: sm100a has one schedule (an MMA warp feeding double-buffered tensor memory); "
+            "use 'cooperative'")
+    allowed_m = (128, 256) if cfg.two_cta else (64, 128)
+    if cfg.tile_m not in allowed_m:
+        raise UnsupportedGemmError(
+            f"tile_m {cfg.tile_m}: sm100a {'2-CTA' if cfg.two_cta else '1-CTA'} MMA takes tile_m in {allowed_m}")
+    if cfg.two_cta and cfg.cluster_m % 2:
+        raise UnsupportedGemmError("cluster: 2-CTA (cta_group::2) needs cluster_m a multiple of 2")
+    if cfg.tile_n * SM100_ACC_STAGES > TMEM_COLUMNS:
+        raise UnsupportedGemmError(
+            f"tile_n {cfg.tile_n}: {SM100_ACC_STAGES} accumulators need {cfg.tile_n * SM100_ACC_STAGES} "
+            f"tensor-memory columns, over {TMEM_COLUMNS}")
 
 
 def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:
@@ -193,6 +221,16 @@ def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:
 def config_space(arch: str = "sm90a") -> list[GemmConfig]:
     """Every config the tuner may consider for ``arch`` (before the per-problem validity check)."""
     out: list[GemmConfig] = []
+    if arch == "sm100a":
+        for two_cta, tms, clusters in ((False, (64, 128), ((1, 1), (1, 2), (2, 1))),
+                                       (True, (128, 256), ((2, 1), (2, 2)))):
+            for tm in tms:
+                for tn in (64, 128, 192, 256):
+                    for cl in clusters:
+                        for raster in RASTERS:
+                            out.append(GemmConfig(tile_m=tm, tile_n=tn, cluster_m=cl[0], cluster_n=cl[1],
+                                                  raster=raster, arch=arch, two_cta=two_cta))
+        return out
     if arch == "sm90a":
         for schedule, tms in (("cooperative", (128, 256)), ("pingpong", (64, 128))):
             for tm in tms:
@@ -285,4 +323,10 @@ def quick_configs(arch: str = "sm90a") -> list[GemmConfig]:
             GemmConfig(64, 256, cluster_m=2, schedule="pingpong"),
             GemmConfig(64, 64, schedule="pingpong", raster="m", group=1),
         ]
-    return []
+    return [
+        GemmConfig(128, 192, arch="sm100a"),
+        GemmConfig(128, 128, cluster_n=2, arch="sm100a", raster="m"),
+        GemmConfig(64, 128, cluster_n=2, arch="sm100a", group=1),
+        GemmConfig(256, 128, cluster_m=2, arch="sm100a", two_cta=True),
+        GemmConfig(256, 192, cluster_m=2, arch="sm100a", two_cta=True),
+    ]

@@ -80,8 +80,18 @@ class Cell:
         return d
 
 
+def epilogue_configs(arch: str) -> list[GemmConfig]:
+    """Two configs per arch for the epilogue cells: sm90a cooperative + pingpong, sm100a 1-CTA + 2-CTA."""
+    q = quick_configs(arch)
+    return [q[0], q[3]] if arch == "sm90a" else [q[0], q[4]]
+
+
 def fp8_configs(arch: str) -> list[GemmConfig]:
-    """Configs that hold precise fp8's two accumulators: a cooperative and a pingpong one."""
+    """sm90a: configs that hold precise fp8's two accumulators (a cooperative and a pingpong one);
+    sm100a: a 1-CTA and a 2-CTA config (tcgen05 accumulates fp8 in fp32 tensor memory)."""
+    if arch == "sm100a":
+        return [GemmConfig(128, 128, cluster_n=2, raster="m", arch=arch),
+                GemmConfig(256, 128, cluster_m=2, arch=arch, two_cta=True)]
     return [GemmConfig(128, 128, cluster_n=2, schedule="cooperative", raster="m", arch=arch),
             GemmConfig(64, 128, schedule="pingpong", arch=arch)]
 
@@ -108,8 +118,7 @@ def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
         for (dt, od), (am, bm), cfg in itertools.product(dtype_pairs(tag), LAYOUTS, configs_for(arch, tag)):
             out.append(Cell(arch, dt, od, am, bm, "none", cfg))
         # epilogues: every kind on a cooperative and a pingpong config (all configs for full)
-        epi_cfgs = configs_for(arch, tag) if tag == "full" else [
-            c for c in quick_configs(arch) if c in (quick_configs(arch)[0], quick_configs(arch)[3])]
+        epi_cfgs = configs_for(arch, tag) if tag == "full" else epilogue_configs(arch)
         for (dt, od), name, cfg in itertools.product(dtype_pairs(tag), EPILOGUES, epi_cfgs):
             if name != "none" and name not in FP8_EPILOGUES:
                 out.append(Cell(arch, dt, od, "k", "n", name, cfg))

@@ -29,11 +29,17 @@ def test_budget_gate_passes_fails_and_proposes():
     assert fast["improvements"] and fast["proposed"]["families"]["sm90a/gemm"]["measured_median_s"] == 0.25
 
 
-def test_matrix_tags_and_unbuilt_arch():
+def test_matrix_tags_and_archs():
     q, s, f = (cells(t, ("sm90a",)) for t in TAGS)
     assert 0 < len(q) < len(s) < len(f)
     assert len({c.id for c in s}) == len(s)
-    assert "sm100a" in unbuilt_archs(("sm90a", "sm100a"))
+    both = cells("quick", ("sm90a", "sm100a"))
+    assert {c.arch for c in both} == {"sm90a", "sm100a"} and unbuilt_archs(("sm90a", "sm100a")) == {}
+    # every sm100a quick cell family: 16-bit and fp8, plain and fused, 1-CTA and 2-CTA
+    sm100 = [c for c in both if c.arch == "sm100a"]
+    assert {c.config.two_cta for c in sm100} == {False, True}
+    assert {c.dtype for c in sm100} >= {"bfloat16", "float16", "float8_e4m3fn"}
+    assert len({c.epilogue for c in sm100}) >= 6
 
 
 def test_reports_are_written_and_count_skips(tmp_path):

@@ -130,3 +130,21 @@ def test_heuristic_prefers_big_tiles_for_big_problems_and_small_for_decode():
 def test_config_names_are_unique():
     names = [c.name for c in config_space("sm90a")]
     assert len(names) == len(set(names))
+
+
+def test_eager_dispatch_follows_the_device_capability(monkeypatch):
+    """ops picks the kernel family from the device's compute capability (faked here)."""
+    import torch
+
+    from cutedsl_backend import compiler, ops
+
+    for cap, arch in (((9, 0), "sm90a"), ((10, 0), "sm100a")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None, c=cap: c)
+        ops._device_arch.cache_clear()
+        assert ops._device_arch(0) == arch
+        assert compiler._kernel_class(arch).__name__ == {"sm90a": "Sm90Gemm", "sm100a": "Sm100Gemm"}[arch]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 9))
+    ops._device_arch.cache_clear()
+    with pytest.raises(UnsupportedGemmError, match="device"):
+        ops._device_arch(0)
+    ops._device_arch.cache_clear()

@@ -1,0 +1,62 @@
+"""Compile-only proof of the sm100a family on a machine without a GPU: every quick config (1-CTA
+and 2-CTA) compiles for sm_100a with tcgen05 UMMA (UTCHMMA, UTCQMMA for fp8) and TMA loads, no
+local memory, within the sm100a budgets; the shared epilogue compiles on it too."""
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, check_config, quick_configs
+from cutedsl_backend.epilogue import EpilogueSpec
+from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+from cutedsl_backend.validation.budgets import check_budgets, load_budgets
+from cutedsl_backend.validation.matrix import REQUIRED_SASS
+
+pytestmark = pytest.mark.compile
+CELLS = [("bfloat16", "bfloat16", "k", "n"), ("float16", "float32", "m", "k")]
+
+
+def gates(k, bits):
+    counts = k.sass_counts()
+    for alts in REQUIRED_SASS[("sm100a", bits)]:
+        assert any(counts[op] for op in alts), (alts, counts)
+    assert counts["HGMMA"] == 0 and counts["QGMMA"] == 0  # no Hopper MMA in a Blackwell kernel
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and k.resources.local_bytes == 0, (counts, k.resources)
+    assert counts["UTMASTG"] > 0
+
+
+@pytest.mark.parametrize("cfg", quick_configs("sm100a"), ids=lambda c: c.name)
+def test_sm100_quick_config_compiles_with_gates_and_budget(cfg):
+    import cutedsl_backend as cb
+
+    results = []
+    for dtype, out_dtype, a_major, b_major in CELLS:
+        k = cb.compile_gemm(1000, 1048, 776, dtype=dtype, out_dtype=out_dtype, a_major=a_major, b_major=b_major,
+                            arch="sm100a", config=cfg, use_cache=False)
+        gates(k, 16)
+        results.append({"compile_seconds": k.compile_seconds, "cell": {"arch": "sm100a", "config": cfg.name}})
+    verdict = check_budgets(results, load_budgets())
+    assert verdict["ok"], verdict["regressions"]
+
+
+def test_sm100_fp8_and_epilogue_compile():
+    import cutedsl_backend as cb
+
+    two_cta = GemmConfig(256, 128, cluster_m=2, arch="sm100a", two_cta=True)
+    k = cb.compile_gemm(1000, 1048, 784, dtype="float8_e4m3fn", b_dtype="float8_e5m2", a_major="k", b_major="k",
+                        arch="sm100a", config=two_cta, epilogue=EpilogueSpec(scale_a="row", scale_b="col"),
+                        use_cache=False)
+    gates(k, 8)
+    k = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", arch="sm100a", config=quick_configs("sm100a")[1],
+                        epilogue=EpilogueSpec(residual=True, residual_dtype="bfloat16", bias="col",
+                                              bias_dtype="bfloat16", activation="relu"), use_cache=False)
+    gates(k, 16)
+
+
+@pytest.mark.parametrize("cfg, rule", [
+    (GemmConfig(256, 128, arch="sm100a"), "tile_m"),                         # 256 needs 2-CTA
+    (GemmConfig(64, 128, cluster_m=2, arch="sm100a", two_cta=True), "tile_m"),
+    (GemmConfig(256, 128, arch="sm100a", two_cta=True), "cluster"),          # pair needs cluster_m 2
+    (GemmConfig(128, 128, arch="sm100a", schedule="pingpong"), "schedule"),
+])
+def test_sm100_config_rules(cfg, rule):
+    with pytest.raises(UnsupportedGemmError, match=rule):
+        check_config(cfg, GemmProblem(4096, 4096, 4096, arch="sm100a"))
