@@ -451,6 +451,14 @@ def _store_to_disk(cg: CompiledGemm) -> None:
         log.warning("could not write cache entry %s: %s", obj.parent, e)
 
 
+def _resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
+    """(the checked, resolved config, its cache key): the heuristic's pick when ``config`` is None."""
+    cfg = config or default_config(problem)
+    check_config(cfg, problem)
+    cfg = cfg.resolved(problem)
+    return cfg, _cache_key(problem, cfg, epilogue.key())
+
+
 def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilogue=None,
                *, use_disk_cache: bool = True) -> CompiledGemm:
     """The compiled kernel for ``problem`` (shape-generic), from memory, disk or a fresh compile."""
@@ -461,10 +469,7 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
     hit = _FAST_CACHE.get(fast_key)
     if hit is not None:
         return hit
-    cfg = config or default_config(problem)
-    check_config(cfg, problem)
-    cfg = cfg.resolved(problem)
-    key = _cache_key(problem, cfg, epilogue.key())
+    cfg, key = _resolve(problem, config, epilogue)
     hit = _MEMORY_CACHE.get(key)
     if hit is not None:
         _FAST_CACHE[fast_key] = hit
@@ -507,8 +512,6 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
                            b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype, fast_accum=fast_accum)
     epilogue = epilogue or EpilogueSpec()
     if not use_cache:
-        cfg = config or default_config(problem)
-        check_config(cfg, problem)
-        cfg = cfg.resolved(problem)
-        return _compile_fresh(problem, cfg, epilogue, _cache_key(problem, cfg, epilogue.key()))
+        cfg, key = _resolve(problem, config, epilogue)
+        return _compile_fresh(problem, cfg, epilogue, key)
     return get_kernel(problem, config, epilogue)

@@ -89,10 +89,6 @@ def natural_tile_k(dtype: str) -> int:
     return 1024 // dtype_bits(dtype)
 
 
-def math_warp_groups(cfg: GemmConfig) -> int:
-    return 2 if cfg.arch == "sm90a" else 1
-
-
 def epilogue_groups(cfg: GemmConfig) -> int:
     """Warp groups that each own a private set of epilogue buffers."""
     return 2 if (cfg.arch == "sm90a" and cfg.schedule == "pingpong") else 1

@@ -163,7 +163,6 @@ class _Epilogue:
 
         m, n, L = problem.m, problem.n, problem.batch
         out_ok = (problem.out_dtype, "float32")
-        self.bias = self.scale_a = self.scale_b = self.residual = None
         bias_kind = bias_dtype = None
         if bias is not None:
             _check_tensor("bias", bias, device)
@@ -176,23 +175,22 @@ class _Epilogue:
             bias_dtype = dtype_name(bias.dtype)
             if bias_dtype not in out_ok:
                 raise UnsupportedGemmError(f"bias: dtype must be {' or '.join(out_ok)}, got {bias.dtype}")
-            self.bias = _unit_vector("bias", bias)
         res_dtype = None
         if residual is not None:
             _check_tensor("residual", residual, device)
-            if residual.dim() == 2 and tuple(residual.shape) == (m, n):
-                residual = residual.unsqueeze(0).expand(L, m, n)
-            if tuple(residual.shape) != (L, m, n):
+            if tuple(residual.shape) not in ((m, n), (L, m, n)):
                 raise UnsupportedGemmError(
                     f"residual: shape must be ({m}, {n}) or ({L}, {m}, {n}), got {tuple(residual.shape)}")
             res_dtype = dtype_name(residual.dtype)
             if res_dtype not in out_ok:
                 raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
-            self.residual = _residual_view(residual)
         sa_kind = _scale_kind("scale_a", scale_a, (m, 1), "row", device)
         sb_kind = _scale_kind("scale_b", scale_b, (1, n), "col", device)
-        self.scale_a = None if scale_a is None else _unit_vector("scale_a", scale_a)
-        self.scale_b = None if scale_b is None else _unit_vector("scale_b", scale_b)
+        for what, t in (("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
+            if t is not None:
+                _check_unit_vector(what, t)
+        self.bias, self.scale_a, self.scale_b, self.residual = _epilogue_views(
+            bias, residual, scale_a, scale_b, problem)
         self.spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias_dtype or "float32",
                                  residual=residual is not None, residual_dtype=res_dtype or "float32",
                                  scale_a=sa_kind, scale_b=sb_kind)
@@ -235,11 +233,10 @@ def _check_tensor(what, t, device):
         raise UnsupportedGemmError(f"device: {what} is on {t.device}, the operands on {device}")
 
 
-def _unit_vector(what, t):
-    v = t.reshape(-1)
-    if v.numel() > 1 and v.stride(0) != 1:
+def _check_unit_vector(what, t):
+    """Vectors are read in place as 1-D unit-stride arrays (``_epilogue_views`` makes the view)."""
+    if t.numel() > 1 and t.reshape(-1).stride(0) != 1:
         raise UnsupportedGemmError(f"layout: {what} must be contiguous")
-    return v
 
 
 def _epilogue_key(bias, residual, activation, scale_a, scale_b):
@@ -298,31 +295,33 @@ _TLS = threading.local()
 _MAX_PLANS = 4096
 
 
-def _make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> tuple:
-    """Validate a call. Returns (plan or None, epilogue); None when the call needs the general
-    path (empty problems, K == 0, a batch-broadcast operand that has to be materialized)."""
+def _result_shape(a, b, problem: GemmProblem) -> tuple:
+    """torch.matmul's result shape (the kernel always writes (L, M, N))."""
+    if a.dim() == 2 and b.dim() == 2:
+        return (problem.m, problem.n)
+    if a.dim() == 3 and b.dim() == 2 and problem.batch == 1:
+        return (a.shape[0], a.shape[1], problem.n)  # includes the folded (L*M, K) case
+    return (problem.batch, problem.m, problem.n)
+
+
+def _make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> Optional[_Plan]:
+    """Validate a call. A _Plan, or None when the call needs the general path (empty problems,
+    K == 0, a batch-broadcast operand that has to be materialized)."""
     from .compiler import get_kernel
 
     problem, a3, b3 = _prepare(a, b, out_dtype, config, bool(fp8), fp8 == "fast")
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
-    if out is not None:
-        _check_out(out, shape3, out_t, a.device)
+    out3 = _check_out(out, shape3, out_t, a.device) if out is not None else None
     if not (problem.m and problem.n and problem.k):
-        return None, epi
+        return None
     if a3.data_ptr() != a.data_ptr() or b3.data_ptr() != b.data_ptr():
-        return None, epi
-    if a.dim() == 2 and b.dim() == 2:
-        result_shape = (problem.m, problem.n)
-    elif a.dim() == 3 and b.dim() == 2 and problem.batch == 1:
-        result_shape = (a.shape[0], a.shape[1], problem.n)  # includes the folded (L*M, K) case
-    else:
-        result_shape = shape3
-    out3 = _check_out(out, shape3, out_t, a.device) if out is not None else torch.empty(
-        shape3, dtype=out_t, device=a.device)
-    plan = _Plan(problem, get_kernel(problem, config, epi.spec), a3, b3, out3, result_shape, a.device, epi)
-    return plan, epi
+        return None
+    if out3 is None:
+        out3 = torch.empty(shape3, dtype=out_t, device=a.device)
+    return _Plan(problem, get_kernel(problem, config, epi.spec), a3, b3, out3, _result_shape(a, b, problem),
+                 a.device, epi)
 
 
 def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False):
@@ -348,13 +347,7 @@ def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False
             kernel = get_kernel(problem, config, epi.spec)
             plan = _Plan(problem, kernel, a3, b3, out3, shape3, a.device, epi)
             plan.run(a3, b3, out3, epi.tensors(), alpha, beta)
-    if out is not None:
-        return out
-    if a.dim() == 2 and b.dim() == 2:
-        return out3[0]
-    if a.dim() == 3 and b.dim() == 2 and problem.batch == 1 and problem.m != a.shape[1]:
-        return out3.view(a.shape[0], a.shape[1], problem.n)
-    return out3
+    return out if out is not None else out3.view(_result_shape(a, b, problem))
 
 
 def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out_dtype, config, out,
@@ -370,7 +363,7 @@ def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out
         plans = _TLS.plans = {}
     hit = plans.get(key)
     if hit is None:
-        plan, epi = _make_plan(a, b, out_dtype, config, out, epi_args, fp8)
+        plan = _make_plan(a, b, out_dtype, config, out, epi_args, fp8)
         if plan is None:
             return _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8)
         if len(plans) >= _MAX_PLANS:
@@ -389,6 +382,7 @@ def _residual_view(residual):
 
 
 def _epilogue_views(bias, residual, scale_a, scale_b, problem):
+    """The tensors the kernel reads, per call: 1-D vectors and the (M, N, L) residual view."""
     res = None
     if residual is not None:
         if residual.dim() == 2:

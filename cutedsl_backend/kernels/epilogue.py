@@ -50,15 +50,16 @@ ACTIVATIONS = {
 class EpilogueArgs:
     """Device-side view of the epilogue operands of one launch (None where absent)."""
 
-    def __init__(self, bias, scale_a, scale_b, residual, alpha, beta, m_extent, n_extent):
+    def __init__(self, bias, scale_a, scale_b, residual, alpha, beta, out):
         self.bias = bias
         self.scale_a = scale_a
         self.scale_b = scale_b
         self.residual = residual
         self.alpha = alpha
         self.beta = beta
-        self.m_extent = m_extent
-        self.n_extent = n_extent
+        # the output's extents bound the gathers (out is (M, N, L))
+        self.m_extent = out.shape[0]
+        self.n_extent = out.shape[1]
 
 
 @cute.jit

@@ -16,19 +16,24 @@ from cutlass import Int32
 
 
 class TileGrid:
-    """Host-and-device description of the cluster-tile grid of one GEMM launch."""
+    """Host-side description of the cluster-tile grid of one GEMM launch over ``out`` (M, N, L)
+    with CTA tiles of ``cta_tile_m`` x ``cfg.tile_n`` and ``cfg``'s cluster and rasterization."""
 
-    def __init__(self, tiles_m, tiles_n, batch, cluster_m: int, cluster_n: int, group: int, raster_m: bool):
-        self.cluster_m = cluster_m
-        self.cluster_n = cluster_n
-        self.group = group
-        self.raster_m = raster_m
-        self.clusters_m = (tiles_m + cluster_m - 1) // cluster_m
-        self.clusters_n = (tiles_n + cluster_n - 1) // cluster_n
-        self.batch = batch
+    def __init__(self, out, cta_tile_m: int, cfg):
+        self.cluster_m = cfg.cluster_m
+        self.cluster_n = cfg.cluster_n
+        tiles_m = cute.ceil_div(out.shape[0], cta_tile_m)
+        tiles_n = cute.ceil_div(out.shape[1], cfg.tile_n)
+        self.clusters_m = (tiles_m + cfg.cluster_m - 1) // cfg.cluster_m
+        self.clusters_n = (tiles_n + cfg.cluster_n - 1) // cfg.cluster_n
+        self.batch = out.shape[2]
 
     def total(self):
         return self.clusters_m * self.clusters_n * self.batch
+
+    def launch_grid(self, max_clusters):
+        """(cluster_m, cluster_n, P): P persistent clusters, no more than there are cluster tiles."""
+        return (self.cluster_m, self.cluster_n, cutlass.min(self.total(), max_clusters))
 
 
 @cute.jit

@@ -35,7 +35,7 @@ try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
 except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
-from ..configs import EPI_STAGES, GemmConfig
+from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -43,7 +43,8 @@ from .scheduler import TileGrid, cluster_tile_coord
 EPI_WARPS = (0, 1, 2, 3)
 MMA_WARP = 4
 TMA_WARP = 5
-ACC_STAGES = 2  # tensor-memory accumulator buffers: the epilogue of tile i overlaps MMAs of i+1
+# tensor-memory accumulator buffers: the epilogue of tile i overlaps the MMAs of tile i+1
+ACC_STAGES = SM100_ACC_STAGES
 
 
 class Sm100Gemm:
@@ -110,11 +111,7 @@ class Sm100Gemm:
         tma_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(), mC, cute.select(c_smem_staged, mode=[0, 1]), self.epi_tile)
 
-        tiles_m = cute.ceil_div(mC.shape[0], self.cta_tile_shape_mnk[0])
-        tiles_n = cute.ceil_div(mC.shape[1], self.cfg.tile_n)
-        grid = TileGrid(tiles_m, tiles_n, mC.shape[2], self.cfg.cluster_m, self.cfg.cluster_n,
-                        self.cfg.group, self.cfg.raster == "m")
-        persistent = cutlass.min(grid.total(), max_clusters)
+        grid = TileGrid(mC, self.cta_tile_shape_mnk[0], self.cfg)
 
         @cute.struct
         class SharedStorage:
@@ -131,7 +128,7 @@ class Sm100Gemm:
             grid.clusters_m, grid.clusters_n, grid.total(),
             mBias, mScaleA, mScaleB, mRes, alpha, beta,
         ).launch(
-            grid=(self.cfg.cluster_m, self.cfg.cluster_n, persistent),
+            grid=grid.launch_grid(max_clusters),
             block=[self.threads_per_cta, 1, 1],
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,  # one persistent CTA per SM: let the compiler use the registers
@@ -291,7 +288,7 @@ class Sm100Gemm:
             tmem.wait_for_alloc()
             tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
             tCtAcc_base = cute.make_tensor(tmem_ptr, acc_fake.layout)
-            epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta, mC_mnl.shape[0], mC_mnl.shape[1])
+            epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta, mC_mnl)
             # ---- epilogue: tensor memory -> registers -> the shared formula -> smem -> TMA store
             tCgC_mn = transform_partitioned_tensor_layout(tCgC)
             tCcC_mn = transform_partitioned_tensor_layout(tCcC)

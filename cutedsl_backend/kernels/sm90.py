@@ -106,11 +106,7 @@ class Sm90Gemm:
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
             cute.slice_(c_smem_staged, (None, None, 0)), self.epi_tile)
 
-        tiles_m = cute.ceil_div(mC.shape[0], self.cfg.tile_m)
-        tiles_n = cute.ceil_div(mC.shape[1], self.cfg.tile_n)
-        grid = TileGrid(tiles_m, tiles_n, mC.shape[2], self.cfg.cluster_m, self.cfg.cluster_n,
-                        self.cfg.group, self.cfg.raster == "m")
-        persistent = cutlass.min(grid.total(), max_clusters)
+        grid = TileGrid(mC, self.cfg.tile_m, self.cfg)
 
         @cute.struct
         class SharedStorage:
@@ -127,7 +123,7 @@ class Sm90Gemm:
             grid.clusters_m, grid.clusters_n, grid.total(),
             mBias, mScaleA, mScaleB, mRes, alpha, beta,
         ).launch(
-            grid=(self.cfg.cluster_m, self.cfg.cluster_n, persistent),
+            grid=grid.launch_grid(max_clusters),
             block=[self.threads_per_cta, 1, 1],
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,
@@ -282,8 +278,7 @@ class Sm90Gemm:
             # tile-local (m, n) of every accumulator, in the same order as tRS_acc
             tRS_coord = tiled_copy_r2s.retile(
                 thr_mma.partition_C(cute.make_identity_tensor((self.cfg.tile_m, self.cfg.tile_n))))
-            epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta,
-                                        mC_mnl.shape[0], mC_mnl.shape[1])
+            epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta, mC_mnl)
 
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
             release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)

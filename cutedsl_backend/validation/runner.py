@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import time
 from collections import Counter
@@ -22,17 +21,15 @@ from .report import write_reports
 
 def compile_gate(cell: Cell) -> dict:
     """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
-    from ..compiler import _cache_key, _compile_fresh, _store_to_disk
-    from ..configs import check_config
+    from ..compiler import _compile_fresh, _resolve, _store_to_disk
     from ..problem import dtype_bits
 
     p = cell.problem()
     res = {"id": cell.id, "gate": "compile", "cell": cell.to_dict()}
     try:
-        check_config(cell.config, p)
-        cfg = cell.config.resolved(p)
         epi = cell.epilogue_spec()
-        cg = _compile_fresh(p, cfg, epi, _cache_key(p, cfg, epi.key()))
+        cfg, key = _resolve(p, cell.config, epi)
+        cg = _compile_fresh(p, cfg, epi, key)
         _store_to_disk(cg)  # the GPU stage (and later runs) load it instead of recompiling
         counts = cg.sass_counts()
         r = cg.resources
@@ -150,10 +147,9 @@ def _fp8_cell(cell: Cell, spec, g, M, N, K) -> dict:
 
 
 def _progress(i, n, t0, what):
-    if sys.stderr.isatty() or os.environ.get("CI") or True:
-        el = time.time() - t0
-        eta = el / max(i, 1) * (n - i)
-        print(f"[{what}] {i}/{n} done, {el:.0f}s elapsed, ~{eta:.0f}s left", file=sys.stderr, flush=True)
+    el = time.time() - t0
+    eta = el / max(i, 1) * (n - i)
+    print(f"[{what}] {i}/{n} done, {el:.0f}s elapsed, ~{eta:.0f}s left", file=sys.stderr, flush=True)
 
 
 def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", require_gpu=False,
@@ -276,10 +272,6 @@ def precompile_matrix(tag: str, archs, workers: int = 0) -> int:
         print(f"precompile: {r['id']}: {r['reason']}", file=sys.stderr)
     print(f"precompiled {len(results) - len(bad)}/{len(results)} kernels into {cache_dir()}")
     return 1 if bad else 0
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
 
 
 if __name__ == "__main__":  # pragma: no cover
