@@ -213,8 +213,9 @@ def html(report: dict) -> str:
         cell = r.get("cell", {})
         if "dtype" not in cell:
             continue
-        row = f"{cell['arch']} {cell['dtype']}->{cell['out_dtype']}"
-        col = cell.get("epilogue", "none")
+        # perf cells name no output dtype or epilogue: their own column, by gate
+        row = f"{cell['arch']} {cell['dtype']}->{cell.get('out_dtype', cell['dtype'])}"
+        col = cell.get("epilogue", "none") if r["gate"] in ("compile", "gpu") else r["gate"]
         if col not in cols:
             cols.append(col)
         grid[row][col][r["status"]] += 1

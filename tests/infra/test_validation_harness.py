@@ -49,6 +49,9 @@ def test_reports_are_written_and_count_skips(tmp_path):
          "cell": {"arch": "sm90a", "dtype": "bfloat16", "out_dtype": "bfloat16", "epilogue": "none"}},
         {"id": "sm90a/x/b", "gate": "gpu", "status": "fail", "reason": "numerics off",
          "cell": {"arch": "sm90a"}},
+        # a perf cell names no output dtype or epilogue (the H200 run of session 2 crashed the page on it)
+        {"id": "sm90a/perf/bfloat16/8x8x8", "gate": "perf", "status": "pass", "reason": "",
+         "cell": {"arch": "sm90a", "dtype": "bfloat16"}},
     ]
     b = check_budgets(results[:1], load_budgets())
     report = {"schema": 1, "environment": {"python": "3"}, "results": results, "perf": None,
@@ -58,10 +61,11 @@ def test_reports_are_written_and_count_skips(tmp_path):
     md = paths["markdown"].read_text()
     assert "FAIL" in md and "not run: needs sm90 GPU | 1" in md and "numerics off" in md
     root = ET.parse(paths["junit"]).getroot()
-    assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
+    assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("skipped") == "1"
     assert json.loads(paths["json"].read_text())["summary"]["run_id"] == "t"
     page = paths["html"].read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "not run: needs sm90 GPU" in page
+    assert "<th>perf</th>" in page
     assert "http" not in page.replace("http-equiv", "")  # self-contained: nothing fetched
 
 

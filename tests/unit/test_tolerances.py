@@ -74,3 +74,17 @@ def test_fp8_policy_accepts_reduced_precision_accumulation_and_catches_bugs():
     bad = noisy.float().clone()
     bad[3, 4] = float("nan")
     assert not compare_fp8(bad, ref, "float32", 256)["ok"]
+
+
+def test_fp8_fast_accumulation_term_grows_with_k_and_still_catches_a_scale_error():
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    assert tolerance("bfloat16", 4096, tc_acc_len=4096).atol > tolerance("bfloat16", 4096, tc_acc_len=128).atol
+    assert tolerance("bfloat16", 4096, tc_acc_len=4096).rel_l2 == tolerance("bfloat16", 4096).rel_l2
+    g = torch.Generator().manual_seed(2)
+    ref = torch.randn(128, 256, generator=g, dtype=torch.float64)
+    # fast accumulation: a 14-bit accumulator's error over K=4096 products, sqrt(K) * 2^-14 * rms
+    noisy = ref + 64 * 2.0**-14 * torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    assert compare_fp8(noisy.float(), ref, "float32", 4096, fast_accum=True)["ok"]
+    assert not compare_fp8(noisy.float(), ref, "float32", 4096, fast_accum=False)["ok"]
+    assert not compare_fp8((ref * 1.02).float(), ref, "float32", 4096, fast_accum=True)["ok"]
