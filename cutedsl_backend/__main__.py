@@ -38,6 +38,13 @@ def main(argv=None) -> int:
     f8 = sub.add_parser("bench-fp8", help="scaled_mm vs torch._scaled_mm (tensorwise, rowwise)")
     f8.add_argument("--shapes", default="prefill")
     f8.add_argument("--json")
+    se = sub.add_parser("sweep-epilogue", help="every fused variant on each candidate config (tuning)")
+    se.add_argument("--shape", default="4096x14336x4096")
+    se.add_argument("--dtype", default="bfloat16")
+    se.add_argument("--json")
+    sf = sub.add_parser("sweep-fp8", help="scaled_mm on every valid config, both scalings and modes (tuning)")
+    sf.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
+    sf.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
     c.add_argument("--dtype", default="bfloat16")
@@ -89,6 +96,18 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
+        return 0
+    if args.cmd in ("sweep-epilogue", "sweep-fp8"):
+        from .validation.bench import sweep_epilogue, sweep_fp8
+
+        if args.cmd == "sweep-epilogue":
+            m, n, k = (int(x) for x in args.shape.split("x"))
+            res = {args.shape: sweep_epilogue(m, n, k, args.dtype)}
+        else:
+            res = {"x".join(map(str, s)): sweep_fp8(*s) for s in _shapes(args.shapes)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
         return 0
     if args.cmd == "bench-fp8":
         from .validation.bench import bench_fp8, geomean

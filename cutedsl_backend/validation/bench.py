@@ -17,18 +17,18 @@ DECODE_SHAPES = [(128, 8192, 8192), (16, 8192, 8192)]
 
 
 def _precompile_one(args):
-    problem, cfg = args
+    problem, cfg, *spec = args
     from ..compiler import get_kernel
 
     try:
-        k = get_kernel(problem, cfg)
+        k = get_kernel(problem, cfg, *spec)
         return cfg.name, k.compile_seconds, None
     except Exception as e:  # reported by the caller
         return cfg.name, 0.0, f"{type(e).__name__}: {e}"
 
 
 def precompile(pairs: list, workers: Optional[int] = None) -> list:
-    """Compile (problem, config) pairs in worker processes into the disk cache."""
+    """Compile (problem, config[, epilogue spec]) tuples in worker processes into the disk cache."""
     import multiprocessing as mp
 
     workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
@@ -160,6 +160,103 @@ def sweep(shapes, dtype="bfloat16", configs=None, log=print, workers=None) -> di
             f"{tflops(m, n, k, best[0]):.1f} ({t_torch / best[0]:.3f}x); top5: "
             + ", ".join(f"{c.name}={t_torch / t:.3f}" for t, c in times[:5]))
     return out
+
+
+def _sweep_configs(problem, cfgs: list, variants: dict, call, peers: dict, log=print, workers=None) -> dict:
+    """Time ``call(cfg, **variant)`` for every (variant, config) next to ``peers`` (name -> fn),
+    CUDA-graph medians in one process. ``variants``: name -> (EpilogueSpec, call kwargs).
+    Returns {"peers_ms": {...}, variant: [(ms, config name), ...] best first}."""
+    t0 = time.time()
+    res = precompile([(problem, c, spec) for spec, _ in variants.values() for c in cfgs], workers)
+    failed = {r[0] for r in res if r[2]}
+    log(f"precompiled {len(res)} kernels in {time.time() - t0:.1f}s; {len(failed)} failed")
+    out: dict = {"peers_ms": {name: _graph_ms(fn) for name, fn in peers.items()}}
+    for vname, (_, kw) in variants.items():
+        times = []
+        for c in cfgs:
+            try:
+                call(c, **kw)
+                times.append((_graph_ms(lambda: call(c, **kw)), c.name))
+            except Exception as e:  # reported, not fatal: one config must not end the sweep
+                log(f"  {vname} {c.name}: {type(e).__name__}: {str(e)[:160]}")
+        times.sort()
+        out[vname] = times
+        log(f"{vname:16s} best {times[0][1] if times else '-'} {times[0][0] if times else 0:.4f} ms; top: "
+            + ", ".join(f"{n}={t:.4f}" for t, n in times[:4]))
+    log("peers (ms): " + ", ".join(f"{k}={v:.4f}" for k, v in out["peers_ms"].items()))
+    return out
+
+
+def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=print) -> dict:
+    """Every fused variant of bench_epilogues on each config (default: the heuristic's top 6 and
+    every valid ping-pong config), beside cuBLAS, cuBLASLt's fused bias+activation and eager."""
+    import torch
+    import torch.nn.functional as F
+
+    import cutedsl_backend as cb
+
+    from ..configs import rank_configs
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    dt = getattr(torch, dtype)
+    problem = GemmProblem(m, n, k, 1, dtype, dtype, "k", "n", "sm90a")
+    ranked = rank_configs(problem)
+    cfgs = configs or (ranked[:6] + [c for c in ranked[6:] if c.schedule == "pingpong" and c.raster == "n"
+                                     and c.tile_m * c.tile_n >= 64 * 128])
+    a = torch.randn(m, k, device="cuda").to(dt)
+    b = torch.randn(k, n, device="cuda").to(dt)
+    bias = torch.randn(n, device="cuda").to(dt)
+    res = torch.randn(m, n, device="cuda").to(dt)
+    out = torch.empty(m, n, device="cuda", dtype=dt)
+    variants = {
+        "bare": (EpilogueSpec(), {}),
+        "bias+relu": (EpilogueSpec("relu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="relu")),
+        "bias+gelu_tanh": (EpilogueSpec("gelu_tanh", bias="col", bias_dtype=dtype),
+                           dict(bias=bias, activation="gelu_tanh")),
+        "bias+silu": (EpilogueSpec("silu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="silu")),
+        "residual": (EpilogueSpec(residual=True, residual_dtype=dtype), dict(residual=res)),
+    }
+    peers = {"cublas": lambda: torch.matmul(a, b),
+             "cublaslt_bias_relu": lambda: torch._addmm_activation(bias, a, b, use_gelu=False),
+             "cublaslt_bias_gelu_tanh": lambda: torch._addmm_activation(bias, a, b, use_gelu=True),
+             "eager_bias_silu": lambda: F.silu(torch.matmul(a, b) + bias),
+             "eager_residual": lambda: torch.matmul(a, b) + res}
+    return _sweep_configs(problem, cfgs, variants, lambda c, **kw: cb.gemm(a, b, config=c, out=out, **kw),
+                          peers, log)
+
+
+def sweep_fp8(m, n, k, log=print) -> dict:
+    """scaled_mm e4m3 -> bf16 on every valid config, tensorwise/rowwise x fast/precise, beside
+    torch._scaled_mm in the same mode."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import valid_configs
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    scales = {"tensorwise": (torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")),
+              "rowwise": (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)}
+    result = {}
+    for fast in (True, False):
+        problem = GemmProblem(m, n, k, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", fast_accum=fast)
+        cfgs = [c for c in valid_configs(problem) if c.raster == "n"]
+        variants = {kind: (EpilogueSpec(scale_a="scalar" if kind == "tensorwise" else "row",
+                                        scale_b="scalar" if kind == "tensorwise" else "col"),
+                           dict(sa=sa, sb=sb)) for kind, (sa, sb) in scales.items()}
+        peers = {f"torch_{kind}": (lambda sa=sa, sb=sb: torch._scaled_mm(
+            a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+            for kind, (sa, sb) in scales.items()}
+        log(f"--- fp8 {m}x{n}x{k} {'fast' if fast else 'precise'}: {len(cfgs)} configs")
+        result["fast" if fast else "precise"] = _sweep_configs(
+            problem, cfgs, variants,
+            lambda c, sa, sb: cb.scaled_mm(a, b, sa, sb, out=out, config=c, use_fast_accum=fast), peers, log)
+    return result
 
 
 def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
