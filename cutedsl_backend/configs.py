@@ -24,8 +24,10 @@ EPI_STAGES = 4
 EPI_TILE_N = 32
 # Accumulator registers a thread may hold before the kernel spills (fp32 accumulators).
 MAX_ACC_REGS_PER_THREAD = 128
-# precise fp8 holds the accumulator twice (running sum + the current k-tile's partial)
-MAX_ACC_REGS_PER_THREAD_PROMOTED = 160
+# precise fp8 holds the accumulator three times (the running fp32 sum and two k-tile partials
+# that alternate, one in the tensor cores while the other is added)
+PROMOTED_ACC_COPIES = 3
+MAX_ACC_REGS_PER_THREAD_PROMOTED = 192
 
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
@@ -75,12 +77,13 @@ class GemmConfig:
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)
 
-    def resolved(self, problem: GemmProblem) -> "GemmConfig":
-        """The config with tile_k and stages filled in for ``problem``'s dtypes."""
+    def resolved(self, problem: GemmProblem, epilogue=None) -> "GemmConfig":
+        """The config with tile_k and stages filled in for ``problem``'s dtypes (and the shared
+        memory ``epilogue``, an EpilogueSpec, stages)."""
         tile_k = self.tile_k or natural_tile_k(problem.dtype)
         cfg = dataclasses.replace(self, tile_k=tile_k)
         if not cfg.stages:
-            cfg = dataclasses.replace(cfg, stages=max_stages(cfg, problem))
+            cfg = dataclasses.replace(cfg, stages=max_stages(cfg, problem, epilogue))
         return cfg
 
 
@@ -111,13 +114,16 @@ def smem_bytes_per_stage(cfg: GemmConfig, problem: GemmProblem) -> int:
     return (cfg.tile_m // ctas_per_mma(cfg) + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
 
 
-def epilogue_smem_bytes(cfg: GemmConfig, problem: GemmProblem) -> int:
+def epilogue_smem_bytes(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:
+    """The output staging buffers, plus the per-tile vectors ``epilogue`` (an EpilogueSpec)
+    stages, per epilogue group."""
     em, en = epilogue_tile(cfg)
-    return em * en * dtype_bits(problem.out_dtype) // 8 * EPI_STAGES * epilogue_groups(cfg)
+    vectors = epilogue.staged_vector_bytes(cfg.tile_m // ctas_per_mma(cfg), cfg.tile_n) if epilogue else 0
+    return (em * en * dtype_bits(problem.out_dtype) // 8 * EPI_STAGES + vectors) * epilogue_groups(cfg)
 
 
-def max_stages(cfg: GemmConfig, problem: GemmProblem) -> int:
-    cap = SMEM_CAPACITY[cfg.arch] - SMEM_RESERVED - epilogue_smem_bytes(cfg, problem)
+def max_stages(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:
+    cap = SMEM_CAPACITY[cfg.arch] - SMEM_RESERVED - epilogue_smem_bytes(cfg, problem, epilogue)
     return max(0, min(8, cap // smem_bytes_per_stage(cfg, problem)))
 
 
@@ -127,8 +133,9 @@ def acc_regs_per_thread(cfg: GemmConfig) -> int:
     return cfg.tile_m * cfg.tile_n // threads
 
 
-def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
-    """Raise UnsupportedGemmError naming the first rule ``cfg`` breaks for ``problem``."""
+def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
+    """Raise UnsupportedGemmError naming the first rule ``cfg`` breaks for ``problem`` (with the
+    shared memory an ``epilogue`` EpilogueSpec needs)."""
     if cfg.arch not in ARCHS:
         raise UnsupportedGemmError(f"config arch {cfg.arch!r}: must be one of {ARCHS}")
     if cfg.arch != problem.arch:
@@ -160,10 +167,11 @@ def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
             raise UnsupportedGemmError(
                 f"tile_m {cfg.tile_m}: the {cfg.schedule} schedule takes tile_m in {allowed_m}"
             )
-        if problem.promote_fp8 and 2 * acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD_PROMOTED:
+        promoted = PROMOTED_ACC_COPIES * acc_regs_per_thread(cfg)
+        if problem.promote_fp8 and promoted > MAX_ACC_REGS_PER_THREAD_PROMOTED:
             raise UnsupportedGemmError(
-                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}): precise fp8 keeps two fp32 "
-                f"accumulators, {2 * acc_regs_per_thread(cfg)} registers per thread, over "
+                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}): precise fp8 keeps three fp32 "
+                f"accumulators, {promoted} registers per thread, over "
                 f"{MAX_ACC_REGS_PER_THREAD_PROMOTED} (use fast_accum=True or a smaller tile)"
             )
         if acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD:
@@ -174,8 +182,8 @@ def check_config(cfg: GemmConfig, problem: GemmProblem) -> None:
             )
     else:
         check_sm100_rules(cfg)
-    stages = cfg.stages or max_stages(cfg, problem)
-    need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem)
+    stages = cfg.stages or max_stages(cfg, problem, epilogue)
+    need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem, epilogue)
     need += SMEM_RESERVED
     if stages < 2 or need > SMEM_CAPACITY[cfg.arch]:
         raise UnsupportedGemmError(

@@ -52,6 +52,22 @@ class EpilogueSpec:
     def needs_coords(self) -> bool:
         return bool(self.bias or self.residual or self.scale_a or self.scale_b)
 
+    def staged_vectors(self, tile_m: int, tile_n: int) -> tuple:
+        """The per-tile vectors a kernel stages in shared memory ahead of its epilogue:
+        ((operand, "col" | "row", fp32 offset, length), ...) in one buffer. Per-column vectors
+        hold a tile's ``tile_n`` values, per-row ones its ``tile_m``."""
+        parts = []
+        off = 0
+        for name, axis in (("bias", self.bias), ("scale_b", self.scale_b), ("scale_a", self.scale_a)):
+            if axis in ("col", "row"):
+                n = tile_n if axis == "col" else tile_m
+                parts.append((name, axis, off, n))
+                off += n
+        return tuple(parts)
+
+    def staged_vector_bytes(self, tile_m: int, tile_n: int) -> int:
+        return 4 * sum(p[3] for p in self.staged_vectors(tile_m, tile_n))
+
     def describe(self) -> str:
         if self.is_identity:
             return "none"

@@ -4,6 +4,7 @@ fp32 accumulators. Shared by the sm90 and sm100 kernels."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
@@ -62,47 +63,151 @@ class EpilogueArgs:
         self.n_extent = out.shape[1]
 
 
-@cute.jit
-def apply_epilogue(spec: cutlass.Constexpr, frag: cute.Tensor, coord_of: cutlass.Constexpr, row0: cutlass.Int32,
-                   col0: cutlass.Int32, batch: cutlass.Int32, args: cutlass.Constexpr):
-    """Apply ``spec`` in place to ``frag`` (an fp32 register fragment).
+@dataclass(frozen=True)
+class EpilogueOperands:
+    """The epilogue operands as one group of epilogue threads reads them, tile by tile (trace-time
+    helper, shared by the sm90 and sm100 kernels). Frozen: the DSL carries mutable Python objects
+    through dynamic loops as loop state, which it cannot do; ``for_tile`` makes the per-tile part.
 
-    ``coord_of(v)`` gives the tile-local (m, n) of element v; (row0, col0) is the tile origin and
-    ``batch`` the L index. Out-of-range elements (the M/N tails) read nothing and are clipped by
-    the output store.
+    Per tile, in this order:
+      - ``for_tile`` (before the tile's mainloop or accumulator wait): the alpha and scalar-scale
+        product into one register, and this thread's share of the tile's per-row/per-column
+        vectors (spec.staged_vectors) into registers, so their latency hides behind the mainloop;
+      - ``stage`` (once the mainloop is done, then a barrier over the group): those vectors into
+        ``s_vec``, a shared-memory buffer of spec.staged_vector_bytes;
+      - ``gather_residual`` (a sub-tile ahead of its use) and ``apply`` per epilogue sub-tile.
+    Without ``s_vec`` the vectors are read from global memory inside ``apply`` instead.
+    Indices are clamped into the problem rather than branched on: values of tail elements are
+    never stored (the TMA store clips them), and branch-free code keeps the epilogue cheap.
     """
-    x = frag.load() * args.alpha
-    if cutlass.const_expr(spec.needs_coords):
-        # per-element factors and terms gathered from global memory. Indices are clamped into
-        # the problem instead of branching: values of tail elements are never stored (the TMA
-        # store clips them), and branch-free code keeps the epilogue cheap.
-        mul = cute.make_rmem_tensor(frag.shape, Float32)
-        add = cute.make_rmem_tensor(frag.shape, Float32)
-        m_last = args.m_extent - 1
-        n_last = args.n_extent - 1
-        for v in cutlass.range_constexpr(cute.size(frag)):
-            m_l, n_l = coord_of(v)
-            gm = cutlass.min(row0 + m_l, m_last)
-            gn = cutlass.min(col0 + n_l, n_last)
-            f = Float32(1.0)
-            t = Float32(0.0)
-            if cutlass.const_expr(spec.scale_a == "scalar"):
-                f = f * Float32(args.scale_a[0])
-            if cutlass.const_expr(spec.scale_a == "row"):
-                f = f * Float32(args.scale_a[gm])
-            if cutlass.const_expr(spec.scale_b == "scalar"):
-                f = f * Float32(args.scale_b[0])
-            if cutlass.const_expr(spec.scale_b == "col"):
-                f = f * Float32(args.scale_b[gn])
-            if cutlass.const_expr(spec.bias == "col"):
-                t = t + Float32(args.bias[gn])
-            if cutlass.const_expr(spec.bias == "row"):
-                t = t + Float32(args.bias[gm])
-            if cutlass.const_expr(spec.residual):
-                t = t + args.beta * Float32(args.residual[gm, gn, batch])
-            mul[v] = f
-            add[v] = t
-        x = x * mul.load() + add.load()
-    if cutlass.const_expr(spec.activation is not None):
-        x = ACTIVATIONS[spec.activation](x)
-    return x
+
+    spec: object
+    args: EpilogueArgs
+    tile_m: int
+    tile_n: int
+    threads: int
+    s_vec: object = None
+
+    @property
+    def parts(self) -> tuple:
+        return self.spec.staged_vectors(self.tile_m, self.tile_n)
+
+    @property
+    def staged(self) -> bool:
+        return self.s_vec is not None and bool(self.parts)
+
+    def for_tile(self, row0, col0, batch, tid) -> "TileEpilogue":
+        """Bound to one tile: origin (row0, col0) in the output, batch index, and this thread's
+        index in the group. Issues the tile's scalar and vector loads."""
+        return TileEpilogue(self, row0, col0, batch, tid)
+
+
+class TileEpilogue:
+    """EpilogueOperands bound to one tile (see there)."""
+
+    def __init__(self, ops: EpilogueOperands, row0, col0, batch, tid):
+        self.ops = ops
+        self.spec, self.args, self.parts, self.staged = ops.spec, ops.args, ops.parts, ops.staged
+        self.tile_m, self.tile_n, self.threads, self.s_vec = ops.tile_m, ops.tile_n, ops.threads, ops.s_vec
+        spec, a = self.spec, self.args
+        self.row0, self.col0, self.batch = row0, col0, batch
+        scale = Float32(a.alpha)
+        if cutlass.const_expr(spec.scale_a == "scalar"):
+            scale = scale * Float32(a.scale_a[0])
+        if cutlass.const_expr(spec.scale_b == "scalar"):
+            scale = scale * Float32(a.scale_b[0])
+        self.scale = scale
+        self.vec_regs = []
+        if cutlass.const_expr(self.staged):
+            for name, axis, off, n in self.parts:
+                src = getattr(a, name)
+                origin = col0 if axis == "col" else row0
+                for j in range(-(-n // self.threads)):
+                    # threads past the vector's end repeat its last element (same value, no branch)
+                    i = cutlass.min(tid + j * self.threads, n - 1)
+                    self.vec_regs.append((off, i, Float32(src[cutlass.min(origin + i, self._last(axis))])))
+
+    def _last(self, axis):
+        return (self.args.n_extent if axis == "col" else self.args.m_extent) - 1
+
+    def stage(self):
+        for off, i, v in self.vec_regs:
+            self.s_vec[off + i] = v
+
+    def prefetch_residual_l2(self, tid):
+        """Ask L2 for the tile's residual rows (128-byte lines) while the mainloop runs, so the
+        epilogue's gathers hit L2 instead of DRAM."""
+        if cutlass.const_expr(not self.spec.residual):
+            return
+        res = self.args.residual
+        per_line = 1024 // res.element_type.width
+        lines_per_row = -(-self.tile_n // per_line)
+        total = self.tile_m * lines_per_row
+        for j in range(-(-total // self.threads)):
+            q = cutlass.min(tid + j * self.threads, total - 1)
+            r = q // lines_per_row
+            c = (q - r * lines_per_row) * per_line
+            gm = cutlass.min(self.row0 + r, self.args.m_extent - 1)
+            gn = cutlass.min(self.col0 + c, self.args.n_extent - 1)
+            ptr = res.iterator + cute.crd2idx((gm, gn, self.batch), res.layout)
+            cute.arch.prefetch(ptr.llvm_ptr, cache_level="L2")
+
+    def gather_residual(self, shape, coord_of):
+        """The residual of a fragment of ``shape`` (tile-local coordinates ``coord_of(v)``), fp32."""
+        if cutlass.const_expr(not self.spec.residual):
+            return None
+        out = cute.make_rmem_tensor(shape, Float32)
+        for v in range(cute.size(shape)):
+            out[v] = self._residual_at(*coord_of(v))
+        return out
+
+    def _residual_at(self, m_l, n_l):
+        m_last, n_last = self.args.m_extent - 1, self.args.n_extent - 1
+        return Float32(self.args.residual[cutlass.min(self.row0 + m_l, m_last), cutlass.min(self.col0 + n_l, n_last),
+                                          self.batch])
+
+    def apply(self, frag: cute.Tensor, coord_of, residual=None):
+        """The spec applied to ``frag`` (fp32 accumulators; ``coord_of(v)``: tile-local (m, n) of
+        element v; ``residual``: gather_residual of the same fragment, gathered here when None).
+        Returns the fp32 values."""
+        spec, a = self.spec, self.args
+        x = frag.load() * self.scale
+        has_mul = any(name != "bias" for name, *_ in self.parts)
+        has_add = spec.bias is not None or spec.residual
+        if cutlass.const_expr(has_mul or has_add):
+            mul = cute.make_rmem_tensor(frag.shape, Float32) if has_mul else None
+            add = cute.make_rmem_tensor(frag.shape, Float32) if has_add else None
+            for v in range(cute.size(frag)):
+                m_l, n_l = coord_of(v)
+                f = Float32(1.0)
+                t = Float32(0.0)
+                for name, axis, off, _ in self.parts:
+                    local = n_l if axis == "col" else m_l
+                    if cutlass.const_expr(self.staged):
+                        val = self.s_vec[off + local]
+                    else:
+                        origin = self.col0 if axis == "col" else self.row0
+                        val = Float32(getattr(a, name)[cutlass.min(origin + local, self._last(axis))])
+                    if cutlass.const_expr(name == "bias"):
+                        t = t + val
+                    else:
+                        f = f * val
+                if cutlass.const_expr(spec.residual):
+                    if cutlass.const_expr(residual is not None):
+                        r = residual[v]
+                    else:
+                        r = self._residual_at(m_l, n_l)
+                    t = t + a.beta * r
+                if cutlass.const_expr(has_mul):
+                    mul[v] = f
+                if cutlass.const_expr(has_add):
+                    add[v] = t
+            if cutlass.const_expr(has_mul and has_add):
+                x = x * mul.load() + add.load()
+            elif cutlass.const_expr(has_mul):
+                x = x * mul.load()
+            else:
+                x = x + add.load()
+        if cutlass.const_expr(spec.activation is not None):
+            x = ACTIVATIONS[spec.activation](x)
+        return x

@@ -289,6 +289,10 @@ class Sm100Gemm:
             tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
             tCtAcc_base = cute.make_tensor(tmem_ptr, acc_fake.layout)
             epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta, mC_mnl)
+            # coordinates below are the output's own (origin 0), vectors read from global memory:
+            # the epilogue warps overlap the next tile's MMAs through the double-buffered accumulator
+            epi_ops = epi.EpilogueOperands(self.epilogue, epi_args, self.cta_tile_shape_mnk[0],
+                                           self.cfg.tile_n, 32 * len(EPI_WARPS))
             # ---- epilogue: tensor memory -> registers -> the shared formula -> smem -> TMA store
             tCgC_mn = transform_partitioned_tensor_layout(tCgC)
             tCcC_mn = transform_partitioned_tensor_layout(tCcC)
@@ -326,12 +330,13 @@ class Sm100Gemm:
                 bSG_gC = cute.group_modes(bSG_gC_all[(None, None, None, *tile)], 1, 3)
                 tTR_cC = cute.group_modes(tTR_cC_all[(None, None, None, None, None, *tile)], 3, 5)
                 tTR_tAcc = cute.group_modes(tTR_tAcc_all[(None, None, None, None, None, acc_state.index)], 3, 5)
+                tile_ops = epi_ops.for_tile(Int32(0), Int32(0), l, tidx)
                 acc_pipeline.consumer_wait(acc_state)
                 for s in cutlass.range_constexpr(cute.size(tTR_tAcc.shape, mode=[3])):
                     cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
                     coords = tTR_cC[(None, None, None, s)]
-                    x = epi.apply_epilogue(self.epilogue, tTR_rAcc,
-                                           lambda v: (coords[v][0], coords[v][1]), Int32(0), Int32(0), l, epi_args)
+                    coord_of = lambda v: (coords[v][0], coords[v][1])  # noqa: E731
+                    x = tile_ops.apply(tTR_rAcc, coord_of)
                     tTR_rC.store(x.to(self.c_dtype))
                     buf = epi_count % EPI_STAGES
                     cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])

@@ -43,6 +43,30 @@ PRODUCER_REGS = 40
 MATH_REGS = 232
 
 
+def _issue_k_tile(tiled_mma, ab_pipeline, tCrA, tCrB, num_k_blocks: int, read_state, frag):
+    """Precise fp8: wait for the next ring stage and issue its WGMMAs into ``frag`` (zeroed
+    first, while the previous batch still runs). Returns the advanced read state."""
+    frag.fill(0.0)
+    ab_pipeline.consumer_wait(read_state)
+    cute.nvgpu.warpgroup.fence()
+    for kb in range(num_k_blocks):
+        coord = (None, None, kb, read_state.index)
+        cute.gemm(tiled_mma, frag, tCrA[coord], tCrB[coord], frag)
+    cute.nvgpu.warpgroup.commit_group()
+    read_state.advance()
+    return read_state
+
+
+def _retire_k_tile(ab_pipeline, release_state, acc, frag, pending: int):
+    """Precise fp8: once all but the newest ``pending`` WGMMA batches are done, release the oldest
+    batch's stage and add its partial ``frag`` into the fp32 ``acc``. Returns the release state."""
+    cute.nvgpu.warpgroup.wait_group(pending)
+    ab_pipeline.consumer_release(release_state)
+    release_state.advance()
+    acc.store(acc.load() + frag.load())
+    return release_state
+
+
 class Sm90Gemm:
     """One compiled-kernel template: ``cfg`` (resolved: tile_k and stages set) fixes the tiling.
 
@@ -108,9 +132,14 @@ class Sm90Gemm:
 
         grid = TileGrid(mC, self.cfg.tile_m, self.cfg)
 
+        # per-tile epilogue vectors, one buffer per epilogue group (fits in the barriers' 1 KB block)
+        self.vec_elems = self.epilogue.staged_vector_bytes(self.cfg.tile_m, self.cfg.tile_n) // 4
+        vec_total = max(1, self.vec_elems * self.epi_groups)
+
         @cute.struct
         class SharedStorage:
             ab_barriers: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
+            s_vec: cute.struct.Align[cute.struct.MemRange[Float32, vec_total], 16]
             sA: cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)], 1024]
@@ -248,6 +277,7 @@ class Sm90Gemm:
             acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
             acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
             part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
+            part2 = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             # epilogue plumbing: this group's smem buffers, barrier and store warp
@@ -279,6 +309,13 @@ class Sm90Gemm:
             tRS_coord = tiled_copy_r2s.retile(
                 thr_mma.partition_C(cute.make_identity_tensor((self.cfg.tile_m, self.cfg.tile_n))))
             epi_args = epi.EpilogueArgs(mBias, mScaleA, mScaleB, mRes, alpha, beta, mC_mnl)
+            s_vec = None
+            if cutlass.const_expr(self.vec_elems > 0):
+                vec_base = 0 if cutlass.const_expr(self.cooperative) else math_wg * self.vec_elems
+                s_vec = cute.make_tensor(storage.s_vec.data_ptr() + vec_base, cute.make_layout(self.vec_elems))
+            epi_ops = epi.EpilogueOperands(self.epilogue, epi_args, self.cfg.tile_m, self.cfg.tile_n,
+                                           self.epi_threads, s_vec)
+            tile_coord = lambda e: (lambda v: tRS_coord[e * frag_size + v])  # noqa: E731
 
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
             release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -303,6 +340,9 @@ class Sm90Gemm:
                 cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
+                # epilogue operands requested now, used after the mainloop (their latency hides)
+                tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_thread)
+                tile_ops.prefetch_residual_l2(epi_thread)
 
                 # ---- mainloop
                 if cutlass.const_expr(not self.cooperative):
@@ -313,20 +353,22 @@ class Sm90Gemm:
                 if cutlass.const_expr(self.promote):
                     # fp8, precise: each k-tile's WGMMAs accumulate into a fresh fragment that is
                     # then added to the fp32 accumulator (the tensor cores' fp8 accumulator keeps
-                    # fewer mantissa bits than fp32)
-                    for _k in cutlass.range(k_tiles, unroll=1):
-                        ab_pipeline.consumer_wait(read_state)
-                        part.fill(0.0)
-                        cute.nvgpu.warpgroup.fence()
-                        for kb in cutlass.range_constexpr(num_k_blocks):
-                            coord = (None, None, kb, read_state.index)
-                            cute.gemm(tiled_mma, part, tCrA[coord], tCrB[coord], part)
-                        cute.nvgpu.warpgroup.commit_group()
-                        cute.nvgpu.warpgroup.wait_group(0)
-                        ab_pipeline.consumer_release(release_state)
-                        release_state.advance()
-                        read_state.advance()
-                        acc.store(acc.load() + part.load())
+                    # fewer mantissa bits than fp32). Two fragments alternate, so one k-tile's
+                    # WGMMAs run while the previous one is added: the tensor cores never drain.
+                    # (states are reassigned so the DSL carries them through the staged loop)
+                    mma_args = (tiled_mma, ab_pipeline, tCrA, tCrB, num_k_blocks)
+                    read_state = _issue_k_tile(*mma_args, read_state, part)
+                    for _k in cutlass.range((k_tiles - 1) // 2, unroll=1):
+                        read_state = _issue_k_tile(*mma_args, read_state, part2)
+                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
+                        read_state = _issue_k_tile(*mma_args, read_state, part)
+                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 1)
+                    if (k_tiles - 1) % 2 == 1:
+                        read_state = _issue_k_tile(*mma_args, read_state, part2)
+                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
+                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 0)
+                    else:
+                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     if cutlass.const_expr(not self.cooperative):
                         if idx + num_persistent < total_clusters:
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
@@ -358,13 +400,18 @@ class Sm90Gemm:
                 epi_tiles = cute.size(gC_tile, mode=[1])
                 epi_grid = gC_tile.shape[1]
                 epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
+                if cutlass.const_expr(epi_ops.staged):
+                    tile_ops.stage()
+                    epi_sync.arrive_and_wait()
+                # the residual is gathered one sub-tile ahead of its use
+                res_next = tile_ops.gather_residual(frag_shape, tile_coord(0))
                 for e in cutlass.range_constexpr(epi_tiles):
+                    res_cur = res_next
+                    if cutlass.const_expr(e + 1 < epi_tiles):
+                        res_next = tile_ops.gather_residual(frag_shape, tile_coord(e + 1))
                     for v in cutlass.range_constexpr(frag_size):
                         tRS_frag[v] = tRS_acc[e * frag_size + v]
-                    tRS_out.store(epi.apply_epilogue(
-                        self.epilogue, tRS_frag, lambda v: tRS_coord[e * frag_size + v],
-                        tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_args,
-                    ).to(self.c_dtype))
+                    tRS_out.store(tile_ops.apply(tRS_frag, tile_coord(e), res_cur).to(self.c_dtype))
                     buf = buf_base + epi_count % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")

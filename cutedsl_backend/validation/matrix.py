@@ -87,7 +87,7 @@ def epilogue_configs(arch: str) -> list[GemmConfig]:
 
 
 def fp8_configs(arch: str) -> list[GemmConfig]:
-    """sm90a: configs that hold precise fp8's two accumulators (a cooperative and a pingpong one);
+    """sm90a: configs that hold precise fp8's three accumulators (a cooperative and a pingpong one);
     sm100a: a 1-CTA and a 2-CTA config (tcgen05 accumulates fp8 in fp32 tensor memory)."""
     if arch == "sm100a":
         return [GemmConfig(128, 128, cluster_n=2, raster="m", arch=arch),

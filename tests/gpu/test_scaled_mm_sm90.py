@@ -89,5 +89,5 @@ def test_scaled_mm_bad_inputs():
         cb.gemm(a, b)
     with pytest.raises(cb.UnsupportedGemmError, match="float32"):
         cb.scaled_mm(a, b, s.half(), s)
-    with pytest.raises(cb.UnsupportedGemmError, match="two fp32"):
+    with pytest.raises(cb.UnsupportedGemmError, match="three fp32"):
         cb.scaled_mm(a, b, s, s, config=GemmConfig(128, 256))  # precise fp8 needs smaller tiles
