@@ -453,7 +453,7 @@ def _store_to_disk(cg: CompiledGemm) -> None:
 
 def _resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
     """(the checked, resolved config, its cache key): the heuristic's pick when ``config`` is None."""
-    cfg = config or default_config(problem)
+    cfg = config or default_config(problem, epilogue=epilogue)
     check_config(cfg, problem, epilogue)
     cfg = cfg.resolved(problem, epilogue)
     return cfg, _cache_key(problem, cfg, epilogue.key())

@@ -283,37 +283,57 @@ def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -
 
 
 @functools.lru_cache(maxsize=4096)
-def default_config(problem: GemmProblem, num_sms: int = 132) -> GemmConfig:
-    """The heuristic's pick for ``problem`` (see :func:`heuristic_score`); memoized."""
-    ranked = rank_configs(problem, num_sms=num_sms)
+def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None) -> GemmConfig:
+    """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec): a measured override, else the
+    heuristic's best (see :func:`heuristic_score`); memoized."""
+    ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue)
     if not ranked:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     return ranked[0]
 
 
-def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None) -> list[GemmConfig]:
-    """Valid configs for ``problem`` sorted by the heuristic, best first (tuned overrides first)."""
-    cands = valid_configs(problem)
-    tuned = tuned_choice(problem)
+def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
+                 epilogue=None) -> list[GemmConfig]:
+    """Valid configs for ``problem`` sorted by the heuristic, best first (measured overrides for
+    the problem and its ``epilogue`` first)."""
+    cands = [c for c in valid_configs(problem) if epilogue is None or _fits(c, problem, epilogue)]
+    tuned = tuned_choice(problem, epilogue)
     cands.sort(key=lambda c: (c != tuned, heuristic_score(c, problem, num_sms), c.name))
     return cands[:top_k] if top_k else cands
 
 
-def tuned_choice(problem: GemmProblem) -> Optional[GemmConfig]:
-    """A measured override for the shape class of ``problem`` (rules in _TUNED_SM90), if any."""
+def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
+    try:
+        check_config(cfg, problem, epilogue)
+    except UnsupportedGemmError:
+        return False
+    return True
+
+
+def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
+    """A measured override for the shape class of ``problem`` and its ``epilogue`` (rules in
+    _TUNED_SM90), if any."""
     if problem.arch != "sm90a" or problem.dtype not in ("float16", "bfloat16"):
         return None
+    kind = "residual" if epilogue is not None and epilogue.residual else None
     for rule in _TUNED_SM90:
-        if rule["min_m"] <= problem.m <= rule["max_m"] and problem.n >= rule["min_n"]:
+        if (rule.get("epilogue") == kind and rule["min_m"] <= problem.m <= rule["max_m"]
+                and problem.n >= rule["min_n"]):
             cfg = GemmConfig(**rule["config"])
-            return cfg if is_valid(cfg, problem) else None
+            return cfg if _fits(cfg, problem, epilogue) else None
     return None
 
 
-# Overrides measured with `python -m cutedsl_backend sweep` on the H200: rules of the form
-# {"min_m", "max_m", "min_n", "config": {...}}. Empty: the heuristic alone decides (its picks for
-# the prefill shapes measured within 1-4% of the sweep's best on 2026-12-02).
-_TUNED_SM90: list[dict] = []
+# Overrides measured with `python -m cutedsl_backend sweep` / `sweep-epilogue` on the H200: rules
+# {"epilogue" (None or "residual"), "min_m", "max_m", "min_n", "config": {...}}. Plain GEMMs: the
+# heuristic alone decides (its picks for the prefill shapes measured within 1-4% of the sweep's
+# best on 2026-12-02). A residual read in the cooperative schedule's epilogue is not overlapped with
+# any mainloop, so there ping-pong wins: 4096x14336x4096 bf16 (session 2, run 3) ping-pong 128x128
+# c2x1 0.770 ms against the cooperative 128x256 c2x1's 0.823 (bare GEMM 0.712).
+_TUNED_SM90: list[dict] = [
+    {"epilogue": "residual", "min_m": 1024, "max_m": 1 << 31, "min_n": 4096,
+     "config": {"tile_m": 128, "tile_n": 128, "cluster_m": 2, "schedule": "pingpong"}},
+]
 
 
 def quick_configs(arch: str = "sm90a") -> list[GemmConfig]:

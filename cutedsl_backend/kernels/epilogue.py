@@ -11,14 +11,28 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 
+def _fast_tanh(x):
+    # tanh.approx.f32 (one MUFU.TANH, relative error ~2^-11): the DSL's default tanh is the
+    # accurate expansion, ~20 instructions per element, which the non-overlapped cooperative
+    # epilogue pays in full. (DSL releases without the ``approx`` flag fall back to fastmath.)
+    try:
+        return cute.math.tanh(x, approx=True)
+    except TypeError:  # pragma: no cover - depends on the installed DSL
+        return cute.math.tanh(x, fastmath=True)
+
+
 def _act_relu(x):
-    # torch.relu keeps NaN: select on x < 0 (False for NaN) rather than max(x, 0)
-    return cute.where(x < 0.0, cute.full_like(x, 0.0), x)
+    # torch.relu keeps NaN: an IEEE maximum (max.NaN, one instruction) propagates it where a
+    # plain max(x, 0) would return 0; releases without it select on x < 0 (False for NaN)
+    try:
+        return cute.math.max(x, cute.full_like(x, 0.0), propagate_nan=True)
+    except (AttributeError, TypeError):  # pragma: no cover - depends on the installed DSL
+        return cute.where(x < 0.0, cute.full_like(x, 0.0), x)
 
 
 def _act_sigmoid(x):
     # 1 / (1 + e^-x) as 0.5 tanh(x/2) + 0.5: one fast tanh instead of exp and a division
-    return 0.5 * cute.math.tanh(0.5 * x) + 0.5
+    return 0.5 * _fast_tanh(0.5 * x) + 0.5
 
 
 def _act_silu(x):
@@ -26,7 +40,7 @@ def _act_silu(x):
 
 
 def _act_tanh(x):
-    return cute.math.tanh(x)
+    return _fast_tanh(x)
 
 
 def _act_gelu(x):
@@ -34,8 +48,9 @@ def _act_gelu(x):
 
 
 def _act_gelu_tanh(x):
-    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-    return 0.5 * x * (1.0 + cute.math.tanh(inner))
+    inner = x * (math.sqrt(2.0 / math.pi) + (math.sqrt(2.0 / math.pi) * 0.044715) * (x * x))
+    half_x = 0.5 * x
+    return half_x + half_x * _fast_tanh(inner)
 
 
 ACTIVATIONS = {

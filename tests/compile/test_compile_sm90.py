@@ -102,3 +102,19 @@ def test_cache_key_separates_what_changes_code():
                   make_problem(512, 512, 512, dtype="float16", out_dtype="float32")):
         assert compiler._cache_key(other, cfg, e) != compiler._cache_key(p, cfg, e)
     assert compiler._cache_key(p, cfg.replace(stages=3), e) != compiler._cache_key(p, cfg, e)
+
+
+def test_transcendental_activations_use_the_fast_tanh_and_relu_adds_no_compare():
+    import cutedsl_backend as cb
+
+    cfg = quick_configs("sm90a")[0]
+    for act in ("gelu_tanh", "silu", "sigmoid", "tanh"):
+        k = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, use_cache=False,
+                            epilogue=EpilogueSpec(act, bias="col", bias_dtype="bfloat16"))
+        sass = k.sass()
+        # one MUFU.TANH per output element and no accurate expansion (MUFU.EX2 + RCP per element)
+        assert "MUFU.TANH" in sass and "MUFU.EX2" not in sass, act
+    bare = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, use_cache=False).sass()
+    relu = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, use_cache=False,
+                           epilogue=EpilogueSpec("relu")).sass()
+    assert relu.count("FSETP") == bare.count("FSETP")  # NaN-keeping relu without a compare per element

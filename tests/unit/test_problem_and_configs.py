@@ -148,3 +148,26 @@ def test_eager_dispatch_follows_the_device_capability(monkeypatch):
     with pytest.raises(UnsupportedGemmError, match="device"):
         ops._device_arch(0)
     ops._device_arch.cache_clear()
+
+
+def test_residual_epilogue_takes_the_measured_pingpong_override_and_plain_gemms_do_not():
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    p = GemmProblem(4096, 14336, 4096)
+    res = default_config(p, epilogue=EpilogueSpec(residual=True, residual_dtype="bfloat16"))
+    assert (res.schedule, res.tile_m, res.tile_n, res.cluster_m) == ("pingpong", 128, 128, 2)
+    for spec in (None, EpilogueSpec(), EpilogueSpec("relu", bias="col", bias_dtype="bfloat16")):
+        assert default_config(p, epilogue=spec).schedule == "cooperative"
+    small = default_config(GemmProblem(256, 8192, 4096), epilogue=EpilogueSpec(residual=True))
+    assert small == default_config(GemmProblem(256, 8192, 4096))  # outside the measured shape class
+
+
+def test_staged_epilogue_vectors_count_against_shared_memory():
+    from cutedsl_backend.configs import epilogue_smem_bytes
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    p = GemmProblem(4096, 4096, 4096, 1, "float8_e4m3fn", "bfloat16", "k", "k")
+    cfg = GemmConfig(128, 128)
+    rowwise_bias = EpilogueSpec(bias="col", scale_a="row", scale_b="col")
+    assert epilogue_smem_bytes(cfg, p, rowwise_bias) - epilogue_smem_bytes(cfg, p) == 4 * (128 + 128 + 128)
+    assert EpilogueSpec(scale_a="scalar", scale_b="scalar").staged_vector_bytes(128, 128) == 0
