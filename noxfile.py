@@ -52,7 +52,7 @@ def tests(session: nox.Session) -> None:
     if not USE_SYSTEM:
         session.install(*TEST_DEPS)
     workers = os.environ.get("CUTEDSL_TEST_WORKERS", "2")
-    session.run("python", "-m", "pytest", "tests/unit", "tests/compile", "tests/infra", "-n", workers,
+    session.run("python", "-m", "pytest", "tests/unit", "tests/compile", "tests/infra", "tests/inductor", "-n", workers,
                 "--cov=cutedsl_backend", "--cov-report=term", "--cov-report=xml", "-q", *session.posargs)
 
 

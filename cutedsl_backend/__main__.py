@@ -45,6 +45,13 @@ def main(argv=None) -> int:
     sf = sub.add_parser("sweep-fp8", help="scaled_mm on every valid config, both scalings and modes (tuning)")
     sf.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
     sf.add_argument("--json")
+    bi = sub.add_parser("bench-inductor", help="torch.compile max-autotune blocks with/without our candidates")
+    bi.add_argument("--tokens", type=int, default=4096)
+    bi.add_argument("--d", type=int, default=4096)
+    bi.add_argument("--hidden", type=int, default=14336)
+    bi.add_argument("--dtype", default="bfloat16")
+    bi.add_argument("--variants", default="aten+triton,cutedsl cold,cutedsl warm")
+    bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
     c.add_argument("--dtype", default="bfloat16")
@@ -120,6 +127,14 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
+        return 0
+    if args.cmd == "bench-inductor":
+        from .validation.bench_inductor import bench_inductor
+
+        rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
         return 0
     if args.cmd == "compile":
         from .compiler import compile_gemm

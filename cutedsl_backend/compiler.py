@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -475,6 +476,8 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
         _FAST_CACHE[fast_key] = hit
         return hit
     cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
+    if cg is None and use_disk_cache and _wait_pending(key):
+        cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
         cg = _compile_fresh(problem, cfg, epilogue, key)
         if use_disk_cache:
@@ -515,3 +518,123 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
         cfg, key = _resolve(problem, config, epilogue)
         return _compile_fresh(problem, cfg, epilogue, key)
     return get_kernel(problem, config, epilogue)
+
+
+# ---------------------------------------------------------------------------- precompile in workers
+# cute.compile is not thread-safe, so parallel compiles need processes. The workers are plain
+# subprocesses (``python -m cutedsl_backend.compile_worker``), not multiprocessing children: spawn
+# would re-run the caller's __main__ module in each of them.
+
+_POOL: Optional["_WorkerPool"] = None
+_POOL_LOCK = threading.Lock()
+# cache key -> the worker's compile of it; get_kernel waits on it instead of compiling again
+_PENDING: dict[str, Future] = {}
+
+
+def precompile_workers() -> int:
+    """$CUTEDSL_PRECOMPILE_WORKERS, else half the cores (at most 8); 0 turns worker compiles off."""
+    env = os.environ.get("CUTEDSL_PRECOMPILE_WORKERS")
+    if env is not None:
+        return max(0, int(env))
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+class _WorkerPool:
+    """Worker processes fed pickled (problem, config, epilogue) jobs, one feeding thread each."""
+
+    def __init__(self, workers: int):
+        import queue
+
+        self.jobs: "queue.Queue" = queue.Queue()
+        self.threads = [threading.Thread(target=self._serve, name=f"cutedsl-compile-{i}", daemon=True)
+                        for i in range(workers)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, *job) -> Future:
+        fut: Future = Future()
+        self.jobs.put((fut, job))
+        return fut
+
+    def _serve(self) -> None:
+        import pickle
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        proc = None
+        while True:
+            fut, job = self.jobs.get()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                if proc is None or proc.poll() is not None:
+                    proc = subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                pickle.dump(job, proc.stdin)
+                proc.stdin.flush()
+                ok, value = pickle.load(proc.stdout)
+            except Exception as e:  # the worker died: the job fails, the next one starts a new worker
+                ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
+                proc = None
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value if isinstance(value, BaseException) else RuntimeError(str(value)))
+
+
+def _pool() -> Optional[_WorkerPool]:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None and precompile_workers():
+            _POOL = _WorkerPool(precompile_workers())
+        return _POOL
+
+
+def worker_compile(problem: GemmProblem, cfg: GemmConfig, epilogue) -> tuple:
+    """A worker's job: compile (or find on disk) and store; (key, compile seconds, cache hit)."""
+    cg = get_kernel(problem, cfg, epilogue)
+    return cg.key, cg.compile_seconds, cg.cache_hit
+
+
+def warm_precompile_pool() -> None:
+    """Start the worker processes now (their DSL import overlaps the caller's work)."""
+    pool = _pool()
+    if pool is not None:
+        for _ in pool.threads:
+            pool.submit(None)
+
+
+def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
+                     epilogue=None) -> Optional[Future]:
+    """Compile ``problem``'s kernel with ``config`` in a worker process. The worker writes the disk
+    cache and ``get_kernel`` here waits for a pending compile of the same key instead of
+    compiling it again.
+
+    Returns the future of (key, compile seconds, cache hit), or None when there is nothing to do:
+    the kernel is in memory or on disk, workers are off, or there is no disk cache to hand the
+    result over (no CUDA driver: see :func:`driver_available`)."""
+    from .epilogue import EpilogueSpec
+
+    epilogue = epilogue or EpilogueSpec()
+    cfg, key = _resolve(problem, config, epilogue)
+    if key in _MEMORY_CACHE or key in _PENDING or not driver_available() or _disk_paths(key)[2].exists():
+        return None
+    pool = _pool()
+    if pool is None:
+        return None
+    fut = pool.submit(problem, cfg, epilogue)
+    _PENDING[key] = fut
+    return fut
+
+
+def _wait_pending(key: str) -> bool:
+    """Wait for a worker compiling ``key``; True if it finished without error."""
+    fut = _PENDING.pop(key, None)
+    if fut is None:
+        return False
+    try:
+        fut.result()
+        return True
+    except Exception as e:  # the caller compiles in this process instead
+        log.warning("worker compile of %s failed (%s: %s); compiling here", key, type(e).__name__, e)
+        return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -31,6 +32,10 @@ MAX_ACC_REGS_PER_THREAD_PROMOTED = 192
 
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
+_NAME_FORM = "<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta]"
+_NAME_RE = re.compile(
+    r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,19 @@ class GemmConfig:
 
     def key(self) -> tuple:
         return dataclasses.astuple(self)
+
+    @classmethod
+    def from_name(cls, name: str) -> "GemmConfig":
+        """The config whose :attr:`name` is ``name`` (the inverse of ``name``; Inductor's generated
+        code carries configs by name)."""
+        m = _NAME_RE.fullmatch(name)
+        if m is None:
+            raise UnsupportedGemmError(f"config name {name!r}: not of the form {_NAME_FORM}")
+        g = m.groupdict()
+        auto = lambda v: 0 if v == "auto" else int(v)  # noqa: E731
+        return cls(tile_m=int(g["tm"]), tile_n=int(g["tn"]), tile_k=auto(g["tk"]), cluster_m=int(g["cm"]),
+                   cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
+                   group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)

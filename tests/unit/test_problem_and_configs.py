@@ -171,3 +171,13 @@ def test_staged_epilogue_vectors_count_against_shared_memory():
     rowwise_bias = EpilogueSpec(bias="col", scale_a="row", scale_b="col")
     assert epilogue_smem_bytes(cfg, p, rowwise_bias) - epilogue_smem_bytes(cfg, p) == 4 * (128 + 128 + 128)
     assert EpilogueSpec(scale_a="scalar", scale_b="scalar").staged_vector_bytes(128, 128) == 0
+
+
+def test_config_names_round_trip():
+    from cutedsl_backend.configs import GemmConfig
+
+    for arch in ("sm90a", "sm100a"):
+        for cfg in config_space(arch) + [c.replace(stages=4, tile_k=64) for c in config_space(arch)[:3]]:
+            assert GemmConfig.from_name(cfg.name) == cfg
+    with pytest.raises(UnsupportedGemmError, match="config name"):
+        GemmConfig.from_name("sm90a_cooperative_128x256")

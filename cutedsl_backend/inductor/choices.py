@@ -1,0 +1,210 @@
+"""Our kernels as Inductor autotuning choices.
+
+Plain GEMMs (aten.mm, addmm, bmm, _scaled_mm) reach us through ``InductorChoices.
+get_template_configs``, the per-op candidate list Inductor asks its choices handler for (same
+signature on torch 2.11 and 2.13): :class:`CuteDSLChoices` returns what the handler it replaced
+returns plus one extern choice per config the heuristic keeps. A choice that wins becomes a
+fallback kernel calling ``torch.ops.cutedsl.gemm_ab*`` with ``kernel_config=<config name>``, so the
+generated code needs only ``import cutedsl_backend`` to run (also after an FX graph cache hit).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, Optional
+
+import torch
+from torch._inductor.choices import InductorChoices
+
+from .. import compiler
+from ..problem import dtype_name
+from . import ops
+from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
+from .state import STATE, build_tag
+
+log = logging.getLogger("cutedsl_backend.inductor")
+aten = torch.ops.aten
+
+# our ExternKernelChoice per (op signature, argument order); Inductor's extern_kernels namespace
+# refuses a name twice, so each is made once per process
+_EXTERN: dict[str, Any] = {}
+# graph -> (op name, FX node) already offered: tuned_addmm asks the handler up to three times
+_SEEN: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+
+
+class _Reordered:
+    """Our op called with the arguments in the selector's order (addmm: bias, a, b): the
+    benchmark callable, and (``create``) the IR fallback kernel when the choice wins."""
+
+    def __init__(self, op, order: tuple):
+        self.op, self.order = op, order
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*(args[i] for i in self.order), **kwargs)
+
+    def create(self, *nodes, **kwargs):
+        from torch._inductor.ir import FallbackKernel
+
+        return FallbackKernel.create(self.op, *(nodes[i] for i in self.order), **kwargs)
+
+
+def extern_choice(kind: tuple, order: Optional[tuple] = None):
+    """The ExternKernelChoice running our op of signature ``kind``, taking its inputs in the
+    order of the Inductor lowering it is offered to. That order matters: Inductor hands every
+    extern choice the same benchmark inputs (2.11: the selector's input nodes; 2.13: the first
+    extern choice's), so ours bind the inputs as the lowering lists them."""
+    from torch._inductor.select_algorithm import ExternKernelChoice
+
+    order = order or tuple(range(len(ops.tensor_names(*kind))))
+    identity = order == tuple(range(len(order)))
+    name = f"cutedsl_{ops.op_name(*kind)}{'' if identity else '_' + ''.join(map(str, order))}_{build_tag()}"
+    choice = _EXTERN.get(name)
+    if choice is None:
+        reordered = _Reordered(ops.overload(*kind), order)
+        choice = _EXTERN[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
+                                                    op_overload=reordered.op, kernel_creator=reordered.create)
+    return choice
+
+
+def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, order: Optional[tuple] = None) -> list:
+    """One choice per config of ``offer``; ``input_nodes`` in the lowering's order and ``order``
+    maps them to our op's. Their compiles start now in worker processes."""
+    choice = extern_choice(kind, order)
+    out = []
+    for cfg in offer.configs:
+        caller = choice.bind(input_nodes, layout, **kwargs, kernel_config=cfg.name)
+        caller.description = f"cutedsl {cfg.name}"  # the AUTOTUNE table prints it
+        out.append(caller)
+        compiler.precompile_async(offer.problem, cfg, offer.epilogue)
+    return out
+
+
+def autotuning() -> bool:
+    from torch._inductor import config
+
+    return bool(config.max_autotune or config.max_autotune_gemm)
+
+
+def device_arch(device) -> str:
+    return STATE.device_arch(device)
+
+
+class CuteDSLChoices(InductorChoices):
+    """Inductor's choices handler with our GEMM candidates added (only under max-autotune).
+    ``inner``: the handler this one replaced; its candidate lists are kept."""
+
+    def __init__(self, inner: Optional[InductorChoices] = None):
+        super().__init__()
+        self._inner = inner
+
+    def uuid(self) -> str:  # part of the FX graph cache key (torch 2.13+ asks for it)
+        return f"cutedsl-{build_tag()}"
+
+    def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
+        if self._inner is not None:
+            choices = self._inner.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        else:
+            choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+        if not (STATE.enabled and op_name in STATE.ops and autotuning()):
+            return choices
+        try:
+            ours = plain_gemm_choices(kernel_inputs, op_name, kwarg_overrides)
+        except Exception as e:  # never break a compile: Inductor's own candidates remain
+            log.warning("cutedsl: no candidates for %s after %s: %s", op_name, type(e).__name__, e)
+            ours = []
+        return list(choices) + ours
+
+
+def _first_time(op_name: str) -> bool:
+    from torch._inductor.virtualized import V
+
+    node = getattr(V.graph, "current_node", None)
+    seen = _SEEN.setdefault(V.graph, set())
+    key = (op_name, node)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _fast_accum(kwarg_overrides) -> Optional[bool]:
+    """torch._scaled_mm's use_fast_accum: from the other candidates' kwargs, else the FX node."""
+    for d in (kwarg_overrides or {}).values():
+        for key in ("use_fast_accum", "USE_FAST_ACCUM"):
+            if key in d:
+                return bool(d[key])
+    from torch._inductor.virtualized import V
+
+    node = getattr(V.graph, "current_node", None)
+    if node is not None and node.target is aten._scaled_mm.default:
+        return bool(node.kwargs.get("use_fast_accum", node.args[7] if len(node.args) > 7 else False))
+    return None
+
+
+def _is_vector_bias(inp, m, n, sizes: Sizes) -> bool:
+    size, stride = inp.get_size(), inp.get_stride()
+    if len(size) == 1:
+        return True
+    return len(size) == 2 and (sizes.equals(size[0], 1) or sizes.equals(stride[0], 0))
+
+
+def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
+    """Our candidates for one of Inductor's GEMM lowerings (op_name: mm, bmm, addmm, scaled_mm)."""
+    from torch._inductor.virtualized import V
+
+    if not _first_time(op_name):
+        return []
+    nodes = kernel_inputs.nodes()
+    device = kernel_inputs.device()
+    sizes = Sizes(V.graph.sizevars)
+    kwargs: dict = {}
+    order = None
+    bias = residual = scale_a = scale_b = None
+    fast_accum = False
+    if op_name in ("mm", "bmm"):
+        a, b = nodes
+    elif op_name == "addmm":
+        inp, a, b = nodes
+        alpha, beta = kernel_inputs.get_scalar("alpha"), kernel_inputs.get_scalar("beta")
+        if alpha != 1:
+            kwargs["alpha"] = float(alpha)
+        if _is_vector_bias(inp, a.get_size()[0], b.get_size()[1], sizes) and beta == 1:
+            bias = inp
+        else:
+            residual = inp
+            if beta != 1:
+                kwargs["beta"] = float(beta)
+        order = (1, 2, 0)
+    elif op_name == "scaled_mm":
+        a, b, scale_a, scale_b = nodes[:4]
+        bias = nodes[4] if len(nodes) > 4 else None
+        fa = _fast_accum(kwarg_overrides)
+        if fa is None:
+            log.debug("cutedsl: not offering scaled_mm (use_fast_accum unknown)")
+            return []
+        fast_accum = fa
+        kwargs["fast_accum"] = fa
+    else:
+        return []
+    out_dtype = kernel_inputs.out_dtype()
+    if out_dtype != a.get_dtype():
+        kwargs["out_dtype"] = out_dtype
+    kind = (scale_a is not None, bias is not None, residual is not None)
+    what = f"{op_name} {[list(x.get_size()) for x in nodes]} {[str(x.get_dtype()) for x in nodes]}"
+
+    def check() -> Offer:
+        arch = device_arch(device)
+        opt = (lambda x: operand_from_ir(x) if x is not None else None)
+        return check_gemm(operand_from_ir(a), operand_from_ir(b), arch=arch, sizes=sizes,
+                          out_dtype=dtype_name(out_dtype), bias=opt(bias), residual=opt(residual),
+                          scale_a=opt(scale_a), scale_b=opt(scale_b), fast_accum=fast_accum, top_k=STATE.top_k,
+                          num_sms=num_sms(device))
+
+    offer = offer_or_reason(what, check)
+    if isinstance(offer, str):
+        return []
+    layout = kernel_inputs.output_layout(flexible=False)
+    log.debug("cutedsl: offering %d configs for %s: %s", len(offer.configs), offer.describe(),
+              [c.name for c in offer.configs])
+    return bind(offer, kind, list(nodes), layout, kwargs, order)

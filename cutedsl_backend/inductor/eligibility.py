@@ -1,0 +1,250 @@
+"""Which GEMMs in an Inductor graph our kernels may take, and with which configs.
+
+One check, :func:`check_gemm`, serves the FX pass (fake tensors) and the lowerings (Inductor IR
+nodes): it reads shapes and strides through a ``Sizes`` adapter, so symbolic (dynamic) extents are
+fine as long as the rules hold for every value they can take (alignment must be statically known:
+no guards are added). It returns an :class:`Offer` (the problem, its epilogue and the configs to
+try) or the reason the GEMM is not offered, which the callers log at DEBUG.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from ..configs import GemmConfig, rank_configs
+from ..epilogue import EpilogueSpec
+from ..problem import (
+    ALIGN_BYTES,
+    GemmProblem,
+    UnsupportedGemmError,
+    arch_for_capability,
+    check_problem,
+    dtype_bits,
+    dtype_name,
+)
+
+log = logging.getLogger("cutedsl_backend.inductor")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """What the rules need of a tensor: sizes and strides (ints or symbolic), dtype name, offset."""
+
+    shape: tuple
+    stride: tuple
+    dtype: str
+    offset: Any = 0
+
+    @property
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Offer:
+    problem: GemmProblem
+    epilogue: EpilogueSpec
+    configs: tuple  # GemmConfig, best first
+
+    def describe(self) -> str:
+        return f"{self.problem.describe()} epilogue={self.epilogue.describe()}"
+
+
+class Sizes:
+    """Static reasoning about (possibly symbolic) extents: Inductor's sizevars in a lowering,
+    the fake tensors' shape environment in an FX pass."""
+
+    def __init__(self, sizevars=None):
+        self.sizevars = sizevars
+
+    def hint(self, x) -> int:
+        if self.sizevars is not None:
+            return int(self.sizevars.optimization_hint(x))
+        if isinstance(x, int):
+            return x
+        from torch.fx.experimental.symbolic_shapes import hint_int
+
+        return int(hint_int(x))
+
+    def multiple_of(self, x, k: int) -> bool:
+        if isinstance(x, int):
+            return x % k == 0
+        if self.sizevars is not None:
+            return bool(self.sizevars.statically_known_multiple_of(x, k))
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(x % k == 0))
+
+    def equals(self, x, v: int) -> bool:
+        if isinstance(x, int):
+            return x == v
+        if self.sizevars is not None:
+            return bool(self.sizevars.statically_known_equals(x, v))
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(x == v))
+
+
+def default_device_arch(device) -> str:
+    """The kernel target of a device: CUDA compute capability 9.0 -> sm90a, 10.x -> sm100a."""
+    if device.type != "cuda":
+        raise UnsupportedGemmError(f"device: {device.type} tensors (our kernels need a CUDA sm90/sm100 GPU)")
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return arch_for_capability(major, minor)
+
+
+@functools.lru_cache(None)
+def _num_sms(device_type: str, index: int) -> int:
+    if device_type != "cuda":
+        return 132  # tests on CPU tensors rank configs as for an H100/H200
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device) -> int:
+    return _num_sms(device.type, device.index if device.index is not None else 0)
+
+
+def _major(t: Operand, sizes: Sizes, what: str, row_major: str, col_major: str) -> str:
+    """Which of the last two dims has unit stride (statically)."""
+    if sizes.equals(t.stride[-1], 1):
+        return row_major
+    if sizes.equals(t.stride[-2], 1):
+        return col_major
+    raise UnsupportedGemmError(f"layout: {what} has no statically unit stride in its last two dims")
+
+
+def _check_aligned(t: Operand, sizes: Sizes, what: str, unit_dim: int) -> None:
+    align = ALIGN_BYTES * 8 // dtype_bits(t.dtype)
+    for i, (extent, s) in enumerate(zip(t.shape, t.stride)):
+        if i == unit_dim or sizes.equals(extent, 1):
+            continue  # a size-1 dim's stride is never used
+        if not sizes.multiple_of(s, align):
+            raise UnsupportedGemmError(
+                f"alignment: {what} stride {s} (dim {i}) is not statically a multiple of {align} elements (16 B)")
+    if not sizes.multiple_of(t.offset, align):
+        raise UnsupportedGemmError(f"alignment: {what} starts at offset {t.offset}, not a multiple of 16 bytes")
+
+
+def _bias_kind(bias: Operand, m, n, sizes: Sizes) -> str:
+    if bias.dim == 1 and sizes.equals(bias.shape[0] - n, 0):
+        kind = "col"
+    elif bias.dim == 2 and sizes.equals(bias.shape[1] - n, 0) and (
+            sizes.equals(bias.shape[0], 1) or sizes.equals(bias.stride[0], 0)):
+        kind = "col"
+    elif bias.dim == 2 and sizes.equals(bias.shape[1], 1) and sizes.equals(bias.shape[0] - m, 0):
+        kind = "row"
+    else:
+        raise UnsupportedGemmError(f"bias: shape {bias.shape} is neither (N,) nor (M, 1)")
+    unit = bias.stride[-1] if kind == "col" else bias.stride[0]
+    if not sizes.equals(unit, 1) and not sizes.equals(bias.shape[-1 if kind == "col" else 0], 1):
+        raise UnsupportedGemmError("layout: bias must be contiguous along its length")
+    return kind
+
+
+def _scale_kind(scale: Operand, vector: str, sizes: Sizes, what: str) -> str:
+    if scale.dtype != "float32":
+        raise UnsupportedGemmError(f"{what}: dtype must be float32, got {scale.dtype}")
+    numel = 1
+    for s in scale.shape:
+        numel = numel * s
+    if sizes.equals(numel, 1):
+        return "scalar"
+    other = 1 if vector == "row" else 0
+    if scale.dim == 2 and sizes.equals(scale.shape[other], 1) and sizes.equals(scale.stride[1 - other], 1):
+        return vector
+    raise UnsupportedGemmError(f"{what}: shape {scale.shape} is neither one element nor a contiguous vector")
+
+
+def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Optional[str] = None,
+               bias: Optional[Operand] = None, residual: Optional[Operand] = None,
+               scale_a: Optional[Operand] = None, scale_b: Optional[Operand] = None,
+               activation: Optional[str] = None, fast_accum: bool = False, top_k: int = 3,
+               num_sms: int = 132) -> Offer:
+    """The offer for ``activation(scale_a*scale_b*(a @ b) + bias + residual)`` (``out_dtype``: None
+    means a's dtype, bf16 for fp8); raises UnsupportedGemmError naming the rule it breaks."""
+    if a.dim != b.dim or a.dim not in (2, 3):
+        raise UnsupportedGemmError(f"shape: a is {a.dim}-D and b {b.dim}-D (2-D @ 2-D or 3-D @ 3-D)")
+    d, bd = dtype_name(a.dtype), dtype_name(b.dtype)
+    fp8 = dtype_bits(d) == 8
+    if fp8 != (scale_a is not None):
+        raise UnsupportedGemmError("dtype: fp8 operands come with scales, 16-bit ones without")
+    od = dtype_name(out_dtype) if out_dtype else (d if not fp8 else "bfloat16")
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    if not sizes.equals(b.shape[-2] - k, 0):
+        raise UnsupportedGemmError(f"shape: a is {a.shape}, b is {b.shape}")
+    a_major = _major(a, sizes, "a", "k", "m")
+    b_major = _major(b, sizes, "b", "n", "k")
+    _check_aligned(a, sizes, "a", a.dim - 1 if a_major == "k" else a.dim - 2)
+    _check_aligned(b, sizes, "b", b.dim - 1 if b_major == "n" else b.dim - 2)
+    if not sizes.multiple_of(n, ALIGN_BYTES * 8 // dtype_bits(od)):
+        raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 16 bytes of {od} (output rows)")
+    hm, hn, hk = sizes.hint(m), sizes.hint(n), sizes.hint(k)
+    if not (hm and hn and hk):
+        raise UnsupportedGemmError(f"shape: empty problem (M={m}, N={n}, K={k})")
+    batch = sizes.hint(a.shape[0]) if a.dim == 3 else 1
+    problem = GemmProblem(hm, hn, hk, batch, d, od, a_major, b_major, arch, packed=False,
+                          b_dtype=None if bd == d else bd, fast_accum=bool(fast_accum) and fp8)
+    check_problem(problem)
+    out_ok = (od, "float32")
+    bias_kind = res_dtype = None
+    if bias is not None:
+        bias_kind = _bias_kind(bias, m, n, sizes)
+        if bias.dtype not in out_ok:
+            raise UnsupportedGemmError(f"bias: dtype must be {' or '.join(out_ok)}, got {bias.dtype}")
+    if residual is not None:
+        if residual.dim not in (2, a.dim) or not (sizes.equals(residual.shape[-1] - n, 0)
+                                                  and sizes.equals(residual.shape[-2] - m, 0)):
+            raise UnsupportedGemmError(f"residual: shape {residual.shape} is not (M, N) or (L, M, N)")
+        if not sizes.equals(residual.stride[-1], 1):
+            raise UnsupportedGemmError("layout: residual needs unit stride along N")
+        if residual.dtype not in out_ok:
+            raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
+        res_dtype = residual.dtype
+    sa = _scale_kind(scale_a, "row", sizes, "scale_a") if scale_a is not None else None
+    sb = _scale_kind(scale_b, "col", sizes, "scale_b") if scale_b is not None else None
+    spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias.dtype if bias else "float32",
+                        residual=residual is not None, residual_dtype=res_dtype or "float32", scale_a=sa,
+                        scale_b=sb)
+    configs = rank_configs(problem, num_sms=num_sms, top_k=top_k, epilogue=spec)
+    if not configs:
+        raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
+    return Offer(problem, spec, tuple(configs))
+
+
+def operand_from_ir(node) -> Operand:
+    """An Operand from an Inductor IR node (TensorBox / Buffer / view)."""
+    layout = node.get_layout()
+    return Operand(tuple(node.get_size()), tuple(node.get_stride()), dtype_name(node.get_dtype()),
+                   getattr(layout, "offset", 0))
+
+
+def operand_from_fake(t) -> Operand:
+    """An Operand from a (fake) tensor; symbolic sizes become sympy expressions."""
+    import torch
+
+    def expr(x):
+        return x.node.expr if isinstance(x, torch.SymInt) else int(x)
+
+    return Operand(tuple(expr(s) for s in t.shape), tuple(expr(s) for s in t.stride()), dtype_name(t.dtype),
+                   expr(t.storage_offset()))
+
+
+def offer_or_reason(what: str, fn: Callable[[], Offer]) -> Union[Offer, str]:
+    """Run a check; a refusal is logged at DEBUG and returned as its text."""
+    try:
+        return fn()
+    except UnsupportedGemmError as e:
+        log.debug("cutedsl: not offering %s (%s)", what, e)
+        return str(e)
+
+
+def config_names(configs) -> list[str]:
+    return [c.name if isinstance(c, GemmConfig) else str(c) for c in configs]

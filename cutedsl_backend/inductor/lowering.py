@@ -1,0 +1,175 @@
+"""Lowering of our fused ops (``torch.ops.cutedsl.gemm_ab*``): autotune, then keep the winner.
+
+The fusion pass replaces ``GEMM -> bias -> residual -> activation -> cast`` chains by one of our
+ops with ``kernel_config=''``. Its lowering benchmarks, in one ``autotune_select_algorithm``:
+  - our kernel with each config the heuristic keeps (extern choices, compiled in worker
+    processes while Inductor precompiles its own candidates), and
+  - the unfused computation (``ops.reference``: the GEMM and the pointwise ops as the graph had
+    them) as a subgraph choice.
+If the unfused computation wins, it is inlined into the graph and Inductor lowers it as if we were
+not there (its own GEMM autotuning, its Triton fusion of the pointwise ops). An op with a
+``kernel_config`` (or a compile without max-autotune) becomes a plain fallback kernel.
+
+The pieces (``lowerings`` registration for our own ops, SubgraphTemplate, autotune_select_algorithm,
+inline_subgraph_to_ir_nodes) have the same shape on torch 2.11 and 2.13; the one difference
+(whether autotune_select_algorithm returns the winning choice) is handled in ``_select``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import logging
+
+import torch
+
+from ..problem import dtype_name
+from . import ops
+from .choices import autotuning, bind, device_arch
+from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
+from .state import STATE
+
+log = logging.getLogger("cutedsl_backend.inductor")
+_REGISTERED: dict = {}  # op overload -> our lowering
+_PREVIOUS: dict = {}  # op overload -> the lowering ours replaced
+_COUNTER = itertools.count()
+
+
+def register() -> None:
+    """Install the lowering of each of our ops (these are our ops, not torch's); what was there
+    before (Inductor's automatic fallback, once it met the op) comes back with unregister()."""
+    from torch._inductor.lowering import lowerings, register_lowering
+
+    for kind in ops.SIGNATURES:
+        overload = ops.overload(*kind)
+        if overload not in _REGISTERED:
+            before = lowerings.get(overload)
+            register_lowering(overload, type_promotion_kind=None)(functools.partial(_lower, kind))
+            _REGISTERED[overload] = lowerings[overload]
+            if before is not None:
+                lowerings[overload] = before
+        current = lowerings.get(overload)
+        if current is not _REGISTERED[overload]:
+            _PREVIOUS[overload] = current
+            lowerings[overload] = _REGISTERED[overload]
+
+
+def unregister() -> None:
+    from torch._inductor.lowering import lowerings
+
+    for overload, fn in _REGISTERED.items():
+        if lowerings.get(overload) is fn:
+            previous = _PREVIOUS.pop(overload, None)
+            if previous is None:
+                del lowerings[overload]
+            else:
+                lowerings[overload] = previous
+
+
+def _fallback(kind, args, kwargs):
+    from torch._inductor.lowering import fallback_handler
+
+    return fallback_handler(ops.overload(*kind), add_to_fallback_set=False)(*args, **kwargs)
+
+
+def _lower(kind: tuple, *args, **kwargs):
+    from torch._inductor.ir import ExternKernel
+    from torch._inductor.virtualized import V
+
+    if kwargs.get("kernel_config") or not (STATE.enabled and autotuning()):
+        return _fallback(kind, args, kwargs)
+    inputs = [ExternKernel.realize_input(x) for x in args]
+    for x in inputs:  # the stride rules are checked on the layouts the kernel will see
+        try:
+            x.freeze_layout()
+        except (AttributeError, NotImplementedError):
+            pass
+    name = f"cutedsl_fused_{ops.op_name(*kind)}"
+    sizes = Sizes(V.graph.sizevars)
+    named = dict(zip(ops.tensor_names(*kind), inputs))
+    out_dtype = kwargs.get("out_dtype")
+    device = inputs[0].get_device()
+
+    def check() -> Offer:
+        opt = (lambda k: operand_from_ir(named[k]) if k in named else None)
+        return check_gemm(opt("a"), opt("b"), arch=device_arch(device), sizes=sizes,
+                          out_dtype=dtype_name(out_dtype) if out_dtype is not None else None, bias=opt("bias"),
+                          residual=opt("residual"), scale_a=opt("scale_a"), scale_b=opt("scale_b"),
+                          activation=kwargs.get("activation"), fast_accum=bool(kwargs.get("fast_accum")),
+                          top_k=STATE.top_k, num_sms=num_sms(device))
+
+    offer = offer_or_reason(f"{name} {[list(x.get_size()) for x in inputs]}", check)
+    reference = functools.partial(_reference_fn, kind, dict(kwargs))
+    if isinstance(offer, str):
+        return _inline(reference, args, name)
+    layout = _output_layout(kind, inputs, kwargs)
+    choices = bind(offer, kind, inputs, layout, {k: v for k, v in kwargs.items() if k != "kernel_config"})
+    from torch._inductor.codegen.subgraph import SubgraphTemplate
+
+    unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
+        name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
+        description="unfused GEMM + pointwise ops")
+    choices.append(unfused)
+    node, winner = _select(name, choices, inputs, layout)
+    if winner is unfused:
+        log.debug("cutedsl: %s: the unfused ops won; inlined", name)
+        return _inline(reference, args, name, gm=unfused.gm)
+    log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
+    return node
+
+
+def _reference_fn(kind, kwargs, *tensors):
+    kw = {k: v for k, v in kwargs.items() if k != "kernel_config"}
+    return ops.reference(kind, tensors[0], tensors[1], tuple(tensors[2:]), **kw)
+
+
+def _tracer(fn):
+    def make_fx_graph(*args):
+        from torch._inductor.decomposition import select_decomp_table
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        return make_fx(fn, decomposition_table=select_decomp_table())(*args)
+
+    return make_fx_graph
+
+
+def _inline(fn, inputs, name, gm=None):
+    """Lower ``fn`` (torch ops) in place of our op: Inductor treats it as if we were not there."""
+    from torch._inductor.codegen.subgraph import inline_subgraph_to_ir_nodes
+    from torch._inductor.ir import ir_node_to_tensor
+    from torch._inductor.virtualized import V
+
+    if gm is None:
+        with V.fake_mode:
+            fakes = [ir_node_to_tensor(x) for x in inputs]
+            gm = _tracer(fn)(*fakes)
+    return inline_subgraph_to_ir_nodes(gm, inputs, f"{name}_{next(_COUNTER)}")
+
+
+def _output_layout(kind, inputs, kwargs):
+    """Row-major (..., M, N), as the op's fake implementation and the kernel make it."""
+    from torch._inductor.ir import FixedLayout, FlexibleLayout
+
+    a, b = inputs[0], inputs[1]
+    size = [*a.get_size()[:-1], b.get_size()[-1]]
+    dtype = kwargs.get("out_dtype") or (torch.bfloat16 if kind[0] else a.get_dtype())
+    return FixedLayout(a.get_device(), dtype, size, FlexibleLayout.contiguous_strides(size))
+
+
+@functools.lru_cache(None)
+def _returns_choice() -> bool:
+    """torch 2.13+ returns (node, winning choice); 2.11 does when asked (return_choice=True)."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    return "return_choice" in inspect.signature(AlgorithmSelectorCache.__call__).parameters
+
+
+def _select(name, choices, inputs, layout):
+    from torch._inductor.select_algorithm import autotune_select_algorithm
+
+    extra = {"return_choice": True} if _returns_choice() else {}
+    out = autotune_select_algorithm(name, choices, inputs, layout, return_multi_template=False, **extra)
+    if isinstance(out, tuple):
+        return out
+    return out, None  # 2.11's single-choice and deterministic paths return the node alone

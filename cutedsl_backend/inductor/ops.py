@@ -1,0 +1,149 @@
+"""The custom ops the Inductor integration puts into graphs: one op per tensor signature.
+
+Each op computes ``activation(alpha * scale_a * scale_b * (a @ b) + bias + beta * residual)``
+(cast to ``out_dtype``) with every tensor it takes required: Inductor's fallback kernels and
+autotuned choices pass tensors positionally, so an optional tensor before a present one cannot be
+expressed (a missing one is a different op). ``kernel_config`` names the GemmConfig to run
+(``GemmConfig.name``); empty means "let Inductor choose": the lowering in :mod:`.lowering`
+autotunes our configs against the unfused decomposition.
+
+The ops are registered for CUDA (they call :func:`cutedsl_backend.gemm` / ``scaled_mm``);
+:func:`reference` is the same function in torch ops, used as the unfused candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from ..configs import GemmConfig
+from ..problem import UnsupportedGemmError
+
+log = logging.getLogger("cutedsl_backend.inductor")
+
+# (scaled, bias, residual) -> op name; tensor order: a, b, [scale_a, scale_b], [bias], [residual]
+_SCALAR_ARGS = ("str? activation=None, float alpha=1.0, float beta=1.0, ScalarType? out_dtype=None, "
+                "bool fast_accum=False, str kernel_config=''")
+
+
+def op_name(scaled: bool, bias: bool, residual: bool) -> str:
+    return "gemm_ab" + ("_scaled" if scaled else "") + ("_bias" if bias else "") + ("_res" if residual else "")
+
+
+def tensor_names(scaled: bool, bias: bool, residual: bool) -> tuple:
+    return (("a", "b") + (("scale_a", "scale_b") if scaled else ()) + (("bias",) if bias else ())
+            + (("residual",) if residual else ()))
+
+
+SIGNATURES = [(s, b, r) for s in (False, True) for b in (False, True) for r in (False, True)]
+# fallbacks to the unfused torch computation taken at run time (see _run): tests assert none happen
+fallback_count = 0
+
+
+def normalize_bias(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """Inductor hands a column bias as (N,), (1, N) or an (M, N) expansion with row stride 0;
+    the kernel reads an (N,) vector. A row bias stays (M, 1)."""
+    if bias.dim() == 2 and bias.shape[1] == n and (bias.shape[0] == 1 or bias.stride(0) == 0):
+        return bias.as_strided((n,), (bias.stride(1),))
+    return bias
+
+
+def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, fast_accum, kernel_config):
+    from .. import ops as eager
+
+    scaled, has_bias, has_res = kind
+    named = dict(zip(tensor_names(*kind)[2:], tensors))
+    config = GemmConfig.from_name(kernel_config) if kernel_config else None
+    bias = named.get("bias")
+    if bias is not None:
+        bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
+    try:
+        if scaled:
+            return eager.scaled_mm(a, b, named["scale_a"], named["scale_b"], bias=bias, activation=activation,
+                                   residual=named.get("residual"), beta=beta,
+                                   out_dtype=out_dtype or torch.bfloat16, use_fast_accum=fast_accum,
+                                   config=config)
+        return eager.gemm(a, b, bias=bias, activation=activation, residual=named.get("residual"), alpha=alpha,
+                          beta=beta, out_dtype=out_dtype, config=config)
+    except UnsupportedGemmError as e:
+        # The lowering checked these inputs; reaching here means a layout changed after it did.
+        # The result stays right: the unfused torch computation, logged.
+        global fallback_count
+        fallback_count += 1
+        log.warning("cutedsl %s: %s; running the unfused torch ops instead", op_name(*kind), e)
+        return reference(kind, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum)
+
+
+def reference(kind: tuple, a, b, tensors: tuple, activation=None, alpha=1.0, beta=1.0, out_dtype=None,
+              fast_accum=False, kernel_config=""):
+    """The op's function in torch ops, rounding where the unfused graph rounds (after the GEMM,
+    after each pointwise op in the input dtype): the candidate our kernels are measured against."""
+    import torch.nn.functional as F
+
+    scaled, has_bias, has_res = kind
+    named = dict(zip(tensor_names(*kind)[2:], tensors))
+    bias, res = named.get("bias"), named.get("residual")
+    if scaled:
+        y = torch._scaled_mm(a, b, named["scale_a"], named["scale_b"], bias=bias,
+                             out_dtype=out_dtype or torch.bfloat16, use_fast_accum=fast_accum)
+    elif bias is not None and a.dim() == 2 and b.dim() == 2:
+        y = torch.addmm(bias, a, b, alpha=alpha)
+    else:
+        y = torch.matmul(a, b)
+        if alpha != 1.0:
+            y = y * alpha
+        if bias is not None:
+            y = y + bias
+    if res is not None:
+        y = y + res if beta == 1.0 else y + beta * res
+    acts = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu, "sigmoid": torch.sigmoid,
+            "tanh": torch.tanh}
+    y = acts[activation](y)
+    if out_dtype is not None and y.dtype != out_dtype and not scaled:
+        y = y.to(out_dtype)
+    return y
+
+
+def _fake(kind, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum, kernel_config):
+    if a.shape[-1] != b.shape[-2]:
+        raise UnsupportedGemmError(f"shape: a is {tuple(a.shape)} and b is {tuple(b.shape)}")
+    batch = a.shape[:-2] if a.dim() == 3 else b.shape[:-2]
+    dtype = out_dtype or (torch.bfloat16 if kind[0] else a.dtype)
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]), dtype=dtype)
+
+
+def _define(kind: tuple):
+    tensors = tensor_names(*kind)
+    schema = f"({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor"
+
+    def impl(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
+        return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
+                    kernel_config)
+
+    def fake(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
+        return _fake(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
+                     kernel_config)
+
+    op = torch.library.custom_op(f"cutedsl::{op_name(*kind)}", impl, mutates_args=(), device_types="cuda",
+                                 schema=schema)
+    op.register_fake(fake)
+    return op
+
+
+CUSTOM_OPS = {kind: _define(kind) for kind in SIGNATURES}
+
+
+def overload(scaled: bool, bias: bool, residual: bool):
+    """The OpOverload for a tensor signature."""
+    return CUSTOM_OPS[(scaled, bias, residual)]._opoverload
+
+
+def kind_of(op) -> Optional[tuple]:
+    """The (scaled, bias, residual) signature of one of our op overloads, else None."""
+    for kind, custom in CUSTOM_OPS.items():
+        if op is custom._opoverload:
+            return kind
+    return None

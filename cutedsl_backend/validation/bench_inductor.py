@@ -1,0 +1,153 @@
+"""The Inductor integration, end to end, in one process: torch.compile(mode="max-autotune") of
+transformer blocks with our candidates enabled against ATen + Triton alone.
+
+Per block and variant: the compile + autotune wall time of the first call (each variant on a fresh
+Inductor cache), the median time per call afterwards (triton.testing.do_bench), the error against
+a float64 evaluation of the same block, and which candidate won each GEMM autotune. Variants:
+  - ``aten+triton``: max-autotune without us (the baseline);
+  - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
+  - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Optional
+
+
+def _blocks(tokens: int, d: int, hidden: int, dtype):
+    import torch
+    import torch.nn as nn
+
+    class MLP(nn.Module):
+        """x + W2 gelu_tanh(W1 x + b1) + b2: the feed-forward half of a transformer layer."""
+
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(d, hidden)
+            self.down = nn.Linear(hidden, d)
+
+        def forward(self, x):
+            return x + self.down(nn.functional.gelu(self.up(x), approximate="tanh"))
+
+    class OutProj(nn.Module):
+        """x + W_o attn + b_o: the attention output projection with its residual."""
+
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x, attn):
+            return x + self.proj(attn)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
+    attn = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
+    out = []
+    for name, mod, args in (("mlp", MLP(), (x,)), ("attn_out_proj", OutProj(), (x, attn))):
+        mod = mod.to("cuda", dtype).eval()
+        for p in mod.parameters():
+            p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
+        out.append((name, mod, args))
+    return out
+
+
+class _Winners:
+    """Feedback saver: the fastest choice of each autotune, ours and theirs."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, timings, name, input_nodes, choices, *rest):
+        if not timings:
+            return
+        best = min(timings, key=timings.get)
+        ours = [c for c in timings if c.name.startswith("cutedsl_")]
+        theirs = [c for c in timings if not c.name.startswith("cutedsl_")]
+        desc = (lambda c: f"{c.name} {getattr(c, 'description', '')}".strip())
+        self.rows.append({
+            "autotune": name, "winner": desc(best), "winner_ms": timings[best],
+            "best_ours_ms": min((timings[c] for c in ours), default=None),
+            "best_theirs_ms": min((timings[c] for c in theirs), default=None),
+            "choices": len(timings)})
+
+
+def _clear_our_memory_caches():
+    from .. import compiler, ops
+
+    compiler._MEMORY_CACHE.clear()
+    compiler._FAST_CACHE.clear()
+    compiler._PENDING.clear()
+    if hasattr(ops._TLS, "plans"):
+        ops._TLS.plans.clear()
+
+
+def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
+    import torch
+    import torch._dynamo
+    from torch._inductor.select_algorithm import add_feedback_saver, clear_feedback_savers
+    from torch._inductor.utils import fresh_cache
+
+    import cutedsl_backend.inductor as cbi
+    from cutedsl_backend.inductor import ops as iops
+
+    from .bench import _median_ms
+
+    os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
+    _clear_our_memory_caches()
+    torch._dynamo.reset()
+    winners = _Winners()
+    add_feedback_saver(winners)
+    fallbacks0 = iops.fallback_count
+    try:
+        with fresh_cache(), torch.no_grad():
+            if variant != "aten+triton":
+                cbi.enable()
+            compiled = torch.compile(mod, mode="max-autotune")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = compiled(*args)
+            torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t0
+            for _ in range(3):  # CUDA-graph warm-up and capture
+                compiled(*args)
+            ms = _median_ms(lambda: compiled(*args), warmup=25, rep=200)
+            eager_ms = _median_ms(lambda: mod(*args), warmup=25, rep=200)
+            ref = mod.double()(*(a.double() for a in args))
+            mod.to(args[0].dtype)
+            err = float((out.double() - ref).norm() / ref.norm())
+    finally:
+        cbi.disable()
+        clear_feedback_savers()
+    row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
+           "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0}
+    log(f"{name:14s} {variant:14s} compile {compile_s:7.2f} s  {ms:.4f} ms/call  eager {eager_ms:.4f} ms  "
+        f"rel_l2 {err:.2e}  " + "; ".join(f"{w['autotune']}: {w['winner']}" for w in winners.rows))
+    return row
+
+
+def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
+                   variants=("aten+triton", "cutedsl cold", "cutedsl warm"), log=print,
+                   kernel_dir: Optional[str] = None) -> list:
+    """Rows per (block, variant); ratios against the aten+triton row of the same block."""
+    import torch
+
+    kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
+    rows = []
+    for name, mod, args in _blocks(tokens, d, hidden, getattr(torch, dtype)):
+        base = None
+        for variant in variants:
+            cold_dir = os.path.join(kernel_dir, name)
+            row = _run_variant(name, mod, args, variant, cold_dir if variant != "aten+triton" else
+                               os.path.join(kernel_dir, "unused"), log)
+            if variant == "aten+triton":
+                base = row
+            elif base is not None:
+                row["speedup_vs_aten_triton"] = base["ms"] / row["ms"]
+                row["compile_ratio_vs_aten_triton"] = row["compile_s"] / base["compile_s"]
+                log(f"{'':14s} {'':14s} speedup {row['speedup_vs_aten_triton']:.3f}x, compile time "
+                    f"{row['compile_ratio_vs_aten_triton']:.2f}x of aten+triton")
+            rows.append(row)
+    return rows

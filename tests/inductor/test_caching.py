@@ -1,0 +1,83 @@
+"""Caches across processes: Inductor's FX graph cache hits with our pass and choices installed
+(their uuid() is part of its key), choice names carry the build tag (Inductor's autotune cache
+never reuses timings of other kernel sources), and worker processes compile kernels."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    import torch._inductor.config as config
+    from torch._dynamo.utils import counters
+    sys.path.insert(0, sys.argv[1])
+    from tests.inductor.conftest import _cpu_kernel, as_sm90a, forced_ours
+    from cutedsl_backend.inductor import ops as iops
+    import cutedsl_backend.inductor as cbi
+    for kind in iops.SIGNATURES:
+        torch.library.register_kernel(f"cutedsl::{iops.op_name(*kind)}", "cpu", _cpu_kernel(kind))
+    cbi.enable(device_arch=as_sm90a)
+    config.max_autotune_gemm_backends = "ATEN"
+    torch.manual_seed(0)
+    x, w, b = torch.randn(128, 64).bfloat16(), torch.randn(96, 64).bfloat16(), torch.randn(96).bfloat16()
+    fn = torch.compile(lambda x, w, b: torch.relu(torch.nn.functional.linear(x, w, b)),
+                       mode="max-autotune-no-cudagraphs")
+    with forced_ours():
+        out = fn(x, w, b)
+    print(json.dumps({"hit": counters["inductor"]["fxgraph_cache_hit"],
+                      "miss": counters["inductor"]["fxgraph_cache_miss"], "sum": float(out.float().sum())}))
+""")
+
+
+def test_second_process_hits_the_fx_graph_cache(tmp_path):
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               CUTEDSL_BACKEND_CACHE_DIR=str(tmp_path / "kernels"), PYTHONPATH=str(ROOT))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert runs[0]["miss"] >= 1 and runs[0]["hit"] == 0, runs
+    assert runs[1]["hit"] >= 1 and runs[1]["miss"] == 0, runs
+    assert runs[0]["sum"] == runs[1]["sum"]
+
+
+def test_choice_names_carry_the_build_tag(inductor, feedback):
+    from cutedsl_backend.inductor.state import build_tag
+
+    from .conftest import compile_and_code, rand
+
+    a, b = rand(128, 64), rand(64, 96)
+    compile_and_code(lambda a, b: a @ b, a, b)
+    names = {n for n, _ in feedback.ours("mm")}
+    assert names == {f"cutedsl_gemm_ab_{build_tag()}"}
+
+
+def test_worker_process_compiles(tmp_path, monkeypatch):
+    """The compile worker (a subprocess, not a multiprocessing child) builds a real sm_90a kernel."""
+    from cutedsl_backend import compiler
+    from cutedsl_backend.configs import quick_configs
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.problem import make_problem
+
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
+    pool = compiler._WorkerPool(1)
+    problem = make_problem(256, 256, 128, dtype="bfloat16")
+    cfg = quick_configs("sm90a")[3]
+    spec = EpilogueSpec(activation="relu")
+    assert pool.submit(None).result(timeout=120) is None  # the warm-up job
+    key, seconds, hit = pool.submit(problem, cfg, spec).result(timeout=300)
+    assert key == compiler._resolve(problem, cfg, spec)[1]
+    assert seconds > 0 and hit in ("", "disk")
+    if not compiler.driver_available():  # no disk cache to hand results over: nothing is queued
+        assert compiler.precompile_async(problem, cfg, spec) is None

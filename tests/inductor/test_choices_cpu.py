@@ -1,0 +1,87 @@
+"""Plain GEMMs (aten.mm, addmm, bmm) get our candidates under max-autotune; a forced win makes
+the generated code call our op with the config by name."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from .conftest import CALLS, assert_close, compile_and_code, forced_ours, rand  # noqa: E402
+
+
+def test_mm_offers_the_heuristic_top_k(inductor, feedback):
+    a, b = rand(256, 128), rand(128, 192)
+    out, code = compile_and_code(lambda a, b: a @ b, a, b)
+    ours = feedback.ours("mm")
+    assert 1 <= len(ours) <= 3, feedback.rounds
+    assert all(desc.startswith("cutedsl sm90a_") for _, desc in ours)
+    assert len({desc for _, desc in ours}) == len(ours)  # distinct configs
+    assert_close(out, a.double() @ b.double(), 128)
+
+
+def test_top_k_and_ops_options(inductor, feedback):
+    inductor.enable(device_arch=inductor_arch(), top_k=1, ops=("mm",))
+    a, b, bias = rand(128, 64), rand(96, 64), rand(96)
+    compile_and_code(lambda a, b, bias: (a @ b.t(), torch.nn.functional.linear(a, b, bias)), a, b, bias)
+    assert len(feedback.ours("mm")) == 1
+    assert feedback.ours("addmm") == []  # addmm not among ops=
+
+
+def inductor_arch():
+    from .conftest import as_sm90a
+
+    return as_sm90a
+
+
+def test_forced_mm_code_calls_our_op(inductor):
+    a, b = rand(256, 128), rand(192, 128)
+    with forced_ours():
+        out, code = compile_and_code(lambda a, b: a @ b.t(), a, b)
+    assert "torch.ops.cutedsl.gemm_ab.default(" in code and "kernel_config='sm90a_" in code, code
+    assert CALLS and CALLS[-1][0] == "gemm_ab" and CALLS[-1][1].startswith("sm90a_")
+    assert_close(out, a.double() @ b.double().t(), 128)
+
+
+def test_forced_addmm_bias_and_residual(inductor):
+    a, w, bias = rand(256, 128), rand(64, 128), rand(64)
+    c = rand(256, 64)
+    with forced_ours():
+        out, code = compile_and_code(lambda a, w, bias: torch.nn.functional.linear(a, w, bias), a, w, bias)
+    assert "torch.ops.cutedsl.gemm_ab_bias.default(" in code, code
+    assert_close(out, a.double() @ w.double().t() + bias.double(), 128)
+    torch._dynamo.reset()
+    with forced_ours():
+        out, code = compile_and_code(lambda c, a, w: torch.addmm(c, a, w.t(), beta=0.5, alpha=2.0), c, a, w)
+    assert "torch.ops.cutedsl.gemm_ab_res.default(" in code and "beta=0.5" in code and "alpha=2.0" in code, code
+    assert_close(out, 0.5 * c.double() + 2.0 * (a.double() @ w.double().t()), 128)
+
+
+def test_forced_bmm(inductor):
+    a, b = rand(3, 128, 64), rand(3, 64, 96)
+    with forced_ours():
+        out, code = compile_and_code(torch.bmm, a, b)
+    assert "torch.ops.cutedsl.gemm_ab.default(" in code, code
+    assert_close(out, a.double() @ b.double(), 64)
+
+
+def test_dynamic_m_is_offered(inductor, feedback):
+    """Our kernels take any M at run time: a dynamic batch dimension is fine as long as the
+    strides stay statically 16-byte aligned."""
+    w = rand(96, 128)
+    fn = torch.compile(lambda x, w: x @ w.t(), mode="max-autotune-no-cudagraphs")
+    with forced_ours():
+        for m in (40, 72):
+            x = rand(m, 128)
+            torch._dynamo.mark_dynamic(x, 0)
+            assert_close(fn(x, w), x.double() @ w.double().t(), 128)
+    assert feedback.ours("mm"), feedback.rounds
+    assert {c[1] for c in CALLS if c[0] == "gemm_ab"}, CALLS
+
+
+def test_dynamic_k_is_refused(inductor, feedback, debug_log):
+    """A dynamic K makes a's row stride symbolic: its alignment cannot be known statically."""
+    w = rand(96, 128)
+    fn = torch.compile(lambda x, w: x @ w.t(), mode="max-autotune-no-cudagraphs", dynamic=True)
+    x = rand(40, 128)
+    torch.testing.assert_close(fn(x, w), x @ w.t())
+    assert feedback.ours() == []
+    assert any("not statically a multiple" in r.getMessage() for r in debug_log.records)

@@ -1,0 +1,175 @@
+"""The fusion pass: which post-grad graphs become one fused op, with which epilogue; the fused
+graph computes what the original did. Graphs are traced with Inductor's own decomposition table
+(the post-grad form: gelu and silu decomposed, 16-bit upcasts) on CPU tensors (run for numerics)
+and on fake CUDA tensors (the form the GPU sees)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from cutedsl_backend.epilogue import ACTIVATION_NAMES  # noqa: E402
+from cutedsl_backend.inductor import ops as iops  # noqa: E402
+from cutedsl_backend.inductor.fusion import fuse_epilogues  # noqa: E402
+
+from .conftest import CALLS, assert_close, compile_and_code, forced_ours, rand  # noqa: E402
+
+ACT = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+       "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+
+
+def post_grad(fn, *args):
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*args)
+
+
+def fused_nodes(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and iops.kind_of(n.target) is not None]
+
+
+def fuse(fn, *args, expect=1):
+    gm = post_grad(fn, *args)
+    n = fuse_epilogues(gm.graph)
+    gm.recompile()
+    assert n == expect, gm.graph
+    return gm, fused_nodes(gm)
+
+
+@pytest.mark.parametrize("activation", ACTIVATION_NAMES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_activation(inductor, activation, dtype):
+    x, w, b = rand(64, 32, dtype=dtype), rand(48, 32, dtype=dtype), rand(48, dtype=dtype)
+    fn = (lambda x, w, b: ACT[activation](F.linear(x, w, b)))
+    gm, (node,) = fuse(fn, x, w, b)
+    assert iops.kind_of(node.target) == (False, True, False)
+    assert node.kwargs == {"activation": activation}
+    assert_close(gm(x, w, b), ACT[activation](x.double() @ w.double().t() + b.double()), 32, activation)
+
+
+def test_3d_linear_gelu_then_residual_projection(inductor):
+    """A transformer MLP: (B, S, D) -> Linear -> gelu_tanh -> Linear -> + x (residual)."""
+    x, w1, b1, w2, b2 = rand(2, 16, 32), rand(64, 32), rand(64), rand(32, 64), rand(32)
+
+    def mlp(x, w1, b1, w2, b2):
+        return x + F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+    gm, nodes = fuse(mlp, x, w1, b1, w2, b2, expect=2)
+    kinds = sorted((iops.kind_of(n.target), n.kwargs.get("activation")) for n in nodes)
+    assert kinds == [((False, True, False), "gelu_tanh"), ((False, True, True), None)], gm.graph
+    h = F.gelu(x.double() @ w1.double().t() + b1.double(), approximate="tanh")
+    assert_close(gm(x, w1, b1, w2, b2), x.double() + h @ w2.double().t() + b2.double(), 64, roundings=2)
+
+
+def test_mm_fp32_residual_promotes(inductor):
+    """bf16 GEMM + fp32 residual: torch promotes the sum to fp32, so the fused op writes fp32."""
+    h, w, r = rand(64, 32), rand(48, 32), rand(64, 48, dtype=torch.float32)
+    gm, (node,) = fuse(lambda h, w, r: r + h @ w.t(), h, w, r)
+    assert iops.kind_of(node.target) == (False, False, True)
+    assert node.kwargs == {"out_dtype": torch.float32}
+    out = gm(h, w, r)
+    assert out.dtype == torch.float32
+    assert_close(out.to(torch.bfloat16), r.double() + h.double() @ w.double().t(), 32)
+
+
+def test_activation_then_cast(inductor):
+    x, w = rand(64, 32), rand(48, 32)
+    gm, (node,) = fuse(lambda x, w: torch.relu(x @ w.t()).float(), x, w)
+    assert node.kwargs == {"activation": "relu", "out_dtype": torch.float32}
+    assert gm(x, w).dtype == torch.float32
+
+
+def test_bf16_residual_with_fp32_output_is_refused(inductor, debug_log):
+    """The kernels read a residual of the output dtype or fp32; the rule is named."""
+    h, w, r = rand(64, 32), rand(48, 32), rand(64, 48)
+    fuse(lambda h, w, r: (r + h @ w.t()).float(), h, w, r, expect=0)
+    assert any("residual: dtype" in rec.getMessage() for rec in debug_log.records)
+
+
+def test_scaled_residual_with_alpha(inductor):
+    h, w, r = rand(64, 32), rand(48, 32), rand(64, 48)
+    gm, (node,) = fuse(lambda h, w, r: torch.add(h @ w.t(), r, alpha=0.5), h, w, r)
+    assert node.kwargs == {"beta": 0.5}
+    assert_close(gm(h, w, r), h.double() @ w.double().t() + 0.5 * r.double(), 32)
+
+
+def test_activation_after_residual_is_not_our_formula(inductor):
+    """act(acc + bias) + r: the activation is fused, the residual add stays outside."""
+    x, w, b, r = rand(64, 32), rand(48, 32), rand(48), rand(64, 48)
+    gm, (node,) = fuse(lambda x, w, b, r: torch.relu(F.linear(x, w, b)) + r, x, w, b, r)
+    assert iops.kind_of(node.target) == (False, True, False) and node.kwargs == {"activation": "relu"}
+    assert any(n.target is torch.ops.aten.add.Tensor for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("case", ["second_user", "float32", "n_misaligned", "plain_linear"])
+def test_not_fused(inductor, case):
+    x, w, b = rand(64, 32), rand(48, 32), rand(48)
+    if case == "second_user":  # the pre-activation is needed elsewhere (as for backward)
+        fn = (lambda x, w, b: (lambda y: (torch.relu(y), y))(F.linear(x, w, b)))
+    elif case == "float32":
+        x, w, b = x.float(), w.float(), b.float()
+        fn = (lambda x, w, b: torch.relu(F.linear(x, w, b)))
+    elif case == "n_misaligned":
+        w, b = rand(50, 32), rand(50)
+        fn = (lambda x, w, b: torch.relu(F.linear(x, w, b)))
+    else:  # nothing to fuse: the plain-GEMM candidates cover it
+        fn = (lambda x, w, b: F.linear(x, w, b))
+    fuse(fn, x, w, b, expect=0)
+
+
+def test_scaled_mm_epilogue_on_fake_cuda(inductor):
+    """The CUDA form: fp8 _scaled_mm with rowwise scales, then bias and gelu."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(64, 32, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(48, 32, device="cuda", dtype=torch.float8_e4m3fn).t()
+        sa = torch.empty(64, 1, device="cuda")
+        sb = torch.empty(1, 48, device="cuda")
+        bias = torch.empty(48, device="cuda", dtype=torch.bfloat16)
+
+        def fn(a, b, sa, sb, bias):
+            return F.gelu(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16) + bias)
+
+        gm, (node,) = fuse(fn, a, b, sa, sb, bias)
+    assert iops.kind_of(node.target) == (True, True, False)
+    assert node.kwargs == {"activation": "gelu", "out_dtype": torch.bfloat16}
+
+
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_cuda_form_of_decomposed_activations(inductor, activation):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(4, 16, 64, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(128, 64, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(128, device="cuda", dtype=torch.bfloat16)
+        gm, (node,) = fuse(lambda x, w, b: ACT[activation](F.linear(x, w, b)), x, w, b)
+    assert node.kwargs == {"activation": activation}
+
+
+def test_compiled_fused_epilogue_autotunes_against_unfused(inductor, feedback):
+    x, w, b = rand(256, 128), rand(192, 128), rand(192)
+    fn = (lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"))
+    out, code = compile_and_code(fn, x, w, b)
+    (round_,) = [r for r in feedback.rounds if r[0].startswith("cutedsl_fused_")]
+    descs = [d for _, d in round_[1]]
+    assert "unfused GEMM + pointwise ops" in descs and any(d.startswith("cutedsl sm90a_") for d in descs)
+    assert_close(out, F.gelu(x.double() @ w.double().t() + b.double(), approximate="tanh"), 128, "gelu_tanh",
+                 roundings=2)
+
+
+def test_compiled_mlp_block_forced_fused(inductor):
+    x, w1, b1, w2, b2 = rand(2, 64, 128), rand(256, 128), rand(256), rand(128, 256), rand(128)
+
+    def mlp(x, w1, b1, w2, b2):
+        return x + F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
+
+    with forced_ours():
+        out, code = compile_and_code(mlp, x, w1, b1, w2, b2)
+    assert "torch.ops.cutedsl.gemm_ab_bias.default(" in code and "activation='silu'" in code, code
+    assert "torch.ops.cutedsl.gemm_ab_bias_res.default(" in code, code
+    assert ("gemm_ab_bias", CALLS[-2][1], "silu") in CALLS
+    h = F.silu(x.double() @ w1.double().t() + b1.double()).to(torch.bfloat16).double()
+    assert_close(out, x.double() + h @ w2.double().t() + b2.double(), 256, roundings=2)

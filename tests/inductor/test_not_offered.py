@@ -1,0 +1,48 @@
+"""What our kernels cannot take is not offered, and the DEBUG log says why."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from .conftest import compile_and_code, rand  # noqa: E402
+
+
+@pytest.mark.parametrize("case, why", [
+    ("float32", "dtype"),
+    ("k_misaligned", "alignment"),
+    ("n_misaligned", "alignment"),
+])
+def test_refused_with_reason(inductor, feedback, debug_log, case, why):
+    if case == "float32":
+        a, b = rand(128, 64, dtype=torch.float32), rand(64, 96, dtype=torch.float32)
+    elif case == "k_misaligned":
+        a, b = rand(128, 100), rand(100, 96)  # a's row stride 100 is not 16-byte aligned
+    else:
+        a, b = rand(128, 64), rand(64, 100)
+    out, code = compile_and_code(lambda a, b: a @ b, a, b)
+    assert feedback.ours() == [] and "cutedsl" not in code
+    lines = [r.getMessage() for r in debug_log.records if "not offering" in r.getMessage()]
+    assert any(why in line for line in lines), lines
+    torch.testing.assert_close(out, a @ b)
+
+
+def test_cpu_device_refused_by_default_policy(inductor, feedback, debug_log):
+    inductor.enable()  # the default device policy: CUDA sm90/sm100 only
+    a, b = rand(128, 64), rand(64, 96)
+    compile_and_code(lambda a, b: a @ b, a, b)
+    assert feedback.ours() == []
+    assert any("device: cpu" in r.getMessage() for r in debug_log.records)
+
+
+def test_nothing_offered_without_max_autotune(inductor, feedback):
+    a, b = rand(128, 64), rand(64, 96)
+    fn = torch.compile(lambda a, b: torch.nn.functional.gelu(a @ b))
+    fn(a, b)
+    assert feedback.ours() == []
+
+
+def test_disabled_offers_nothing(inductor, feedback):
+    inductor.disable()
+    a, b = rand(128, 64), rand(64, 96)
+    out, code = compile_and_code(lambda a, b: torch.relu(a @ b), a, b)
+    assert feedback.ours() == [] and "cutedsl" not in code
