@@ -99,6 +99,9 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         config.post_grad_custom_post_pass = new_pass
         V.set_choices_handler(_choices_factory())
         lowering.register()
+        from .choices import register_all
+
+        register_all()
         from .. import compiler
 
         compiler.warm_precompile_pool()

@@ -3,9 +3,10 @@
 Plain GEMMs (aten.mm, addmm, bmm, _scaled_mm) reach us through ``InductorChoices.
 get_template_configs``, the per-op candidate list Inductor asks its choices handler for (same
 signature on torch 2.11 and 2.13): :class:`CuteDSLChoices` returns what the handler it replaced
-returns plus one extern choice per config the heuristic keeps. A choice that wins becomes a
-fallback kernel calling ``torch.ops.cutedsl.gemm_ab*`` with ``kernel_config=<config name>``, so the
-generated code needs only ``import cutedsl_backend`` to run (also after an FX graph cache hit).
+returns plus one extern choice per config the heuristic keeps. A choice that wins becomes a call
+``extern_kernels.cutedsl_gemm_ab*_<build tag>(..., kernel_config=<config name>)`` in the generated
+code, which runs ``torch.ops.cutedsl.gemm_ab*``; enable() registers every such name, so code loaded
+from the FX graph cache in a fresh process finds them.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ _SEEN: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 
 class _Reordered:
-    """Our op called with the arguments in the selector's order (addmm: bias, a, b): the
-    benchmark callable, and (``create``) the IR fallback kernel when the choice wins."""
+    """Our op with the arguments in the lowering's order (addmm: bias, a, b)."""
 
     def __init__(self, op, order: tuple):
         self.op, self.order = op, order
@@ -43,28 +43,44 @@ class _Reordered:
     def __call__(self, *args, **kwargs):
         return self.op(*(args[i] for i in self.order), **kwargs)
 
-    def create(self, *nodes, **kwargs):
-        from torch._inductor.ir import FallbackKernel
 
-        return FallbackKernel.create(self.op, *(nodes[i] for i in self.order), **kwargs)
+def _choice_name(kind: tuple, order: tuple) -> str:
+    identity = order == tuple(range(len(order)))
+    return f"cutedsl_{ops.op_name(*kind)}{'' if identity else '_' + ''.join(map(str, order))}_{build_tag()}"
 
 
 def extern_choice(kind: tuple, order: Optional[tuple] = None):
     """The ExternKernelChoice running our op of signature ``kind``, taking its inputs in the
     order of the Inductor lowering it is offered to. That order matters: Inductor hands every
     extern choice the same benchmark inputs (2.11: the selector's input nodes; 2.13: the first
-    extern choice's), so ours bind the inputs as the lowering lists them."""
+    extern choice's), so ours bind the inputs as the lowering lists them.
+
+    A winning choice becomes ``extern_kernels.<name>(...)`` in the generated code (an
+    ExternKernelAlloc: it can be built after lowering, when Inductor settles a deferred
+    multi-template choice, which a fallback kernel cannot); :func:`register_all` makes every
+    name exist in a process that loads such code from the FX graph cache."""
     from torch._inductor.select_algorithm import ExternKernelChoice
 
     order = order or tuple(range(len(ops.tensor_names(*kind))))
-    identity = order == tuple(range(len(order)))
-    name = f"cutedsl_{ops.op_name(*kind)}{'' if identity else '_' + ''.join(map(str, order))}_{build_tag()}"
+    name = _choice_name(kind, order)
     choice = _EXTERN.get(name)
     if choice is None:
         reordered = _Reordered(ops.overload(*kind), order)
         choice = _EXTERN[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
-                                                    op_overload=reordered.op, kernel_creator=reordered.create)
+                                                    op_overload=reordered.op)
     return choice
+
+
+# the argument orders our choices are offered in: the op's own, and addmm's (bias, a, b)
+ADDMM_ORDER = (1, 2, 0)
+
+
+def register_all() -> None:
+    """Create every choice (and so every ``extern_kernels`` name) this build can emit."""
+    for kind in ops.SIGNATURES:
+        extern_choice(kind)
+        if not kind[0] and (kind[1] != kind[2]):
+            extern_choice(kind, ADDMM_ORDER)
 
 
 def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, order: Optional[tuple] = None) -> list:
@@ -175,7 +191,7 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
             residual = inp
             if beta != 1:
                 kwargs["beta"] = float(beta)
-        order = (1, 2, 0)
+        order = ADDMM_ORDER
     elif op_name == "scaled_mm":
         a, b, scale_a, scale_b = nodes[:4]
         bias = nodes[4] if len(nodes) > 4 else None

@@ -108,7 +108,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
             compiled = torch.compile(mod, mode="max-autotune")
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = compiled(*args)
+            out = compiled(*args).clone()  # CUDA-graph outputs are overwritten by the next replay
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
             for _ in range(3):  # CUDA-graph warm-up and capture
