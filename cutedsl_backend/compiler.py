@@ -34,6 +34,10 @@ _ARCH_FLAG = {"sm90a": "sm_90a", "sm100a": "sm_100a"}
 _MEMORY_CACHE: dict[str, "CompiledGemm"] = {}
 # (problem, requested config, epilogue) -> kernel: skips config ranking and key hashing per call
 _FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
+# Where the time of kernel fetches went (reported by bench-inductor): loads from disk, compiles
+# here, seconds in get_kernel (a memory hit is not counted), of which waiting for a worker.
+# Eager first calls of a geometry (ops.py) add their count and seconds (fetch + plan + first launch).
+STATS = {"loaded": 0, "compiled": 0, "get_kernel_s": 0.0, "waited_s": 0.0, "first_calls": 0, "first_call_s": 0.0}
 # cute.compile is not thread-safe: one compile at a time per process (use processes to scale).
 _COMPILE_LOCK = threading.Lock()
 
@@ -475,13 +479,19 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
     if hit is not None:
         _FAST_CACHE[fast_key] = hit
         return hit
+    t0 = time.perf_counter()
     cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
     if cg is None and use_disk_cache and _wait_pending(key):
+        STATS["waited_s"] += time.perf_counter() - t0
         cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
         cg = _compile_fresh(problem, cfg, epilogue, key)
+        STATS["compiled"] += 1
         if use_disk_cache:
             _store_to_disk(cg)
+    else:
+        STATS["loaded"] += 1
+    STATS["get_kernel_s"] += time.perf_counter() - t0
     _MEMORY_CACHE[key] = cg
     _FAST_CACHE[fast_key] = cg
     return cg

@@ -19,8 +19,10 @@ How (the hooks torch 2.11 and 2.13 share, none of them a patch of torch's own fu
   - lowerings of our own ops (:mod:`.lowering`): autotune fused candidates against the unfused ops.
 Compile cost: the heuristic keeps ``top_k`` configs per GEMM; they compile in worker processes
 while Inductor precompiles its own candidates; kernels are cached on disk
-(``$CUTEDSL_BACKEND_CACHE_DIR``) and Inductor's own autotune cache keeps the timings (choice names
-carry a build tag, so stale timings are never reused).
+(``$CUTEDSL_BACKEND_CACHE_DIR``), and so are our autotune decisions (:mod:`.decisions`: a later
+compile of the same GEMM offers only the config that won, or nothing where ours lost); Inductor's
+own autotune cache keeps its timings (choice names carry a build tag, so stale timings are never
+reused).
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         from .choices import register_all
 
         register_all()
+        from .decisions import install_feedback_saver
+
+        install_feedback_saver()
         from .. import compiler
 
         compiler.warm_precompile_pool()

@@ -20,7 +20,7 @@ from torch._inductor.choices import InductorChoices
 
 from .. import compiler
 from ..problem import dtype_name
-from . import ops
+from . import decisions, ops
 from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
 from .state import STATE, build_tag
 
@@ -83,14 +83,17 @@ def register_all() -> None:
             extern_choice(kind, ADDMM_ORDER)
 
 
-def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, order: Optional[tuple] = None) -> list:
+def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, order: Optional[tuple] = None,
+         decision: Optional[str] = None) -> list:
     """One choice per config of ``offer``; ``input_nodes`` in the lowering's order and ``order``
-    maps them to our op's. Their compiles start now in worker processes."""
+    maps them to our op's. Their compiles start now in worker processes. ``decision``: the
+    decision-cache key the feedback saver files their timings under."""
     choice = extern_choice(kind, order)
     out = []
     for cfg in offer.configs:
         caller = choice.bind(input_nodes, layout, **kwargs, kernel_config=cfg.name)
         caller.description = f"cutedsl {cfg.name}"  # the AUTOTUNE table prints it
+        caller.cutedsl_decision, caller.cutedsl_config = decision, cfg.name
         out.append(caller)
         compiler.precompile_async(offer.problem, cfg, offer.epilogue)
     return out
@@ -220,7 +223,13 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
     offer = offer_or_reason(what, check)
     if isinstance(offer, str):
         return []
+    dkey = decisions.key(op_name, offer, decisions.device_name(device))
+    offer, verdict = decisions.narrow(offer, dkey)
+    if verdict == "lost":
+        log.debug("cutedsl: not offering %s (the decision cache says it lost here by more than %d%%)",
+                  offer.describe(), round(100 * decisions.MARGIN))
+        return []
     layout = kernel_inputs.output_layout(flexible=False)
     log.debug("cutedsl: offering %d configs for %s: %s", len(offer.configs), offer.describe(),
               [c.name for c in offer.configs])
-    return bind(offer, kind, list(nodes), layout, kwargs, order)
+    return bind(offer, kind, list(nodes), layout, kwargs, order, dkey)

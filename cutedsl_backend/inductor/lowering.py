@@ -25,7 +25,7 @@ import logging
 import torch
 
 from ..problem import dtype_name
-from . import ops
+from . import decisions, ops
 from .choices import autotuning, bind, device_arch
 from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
 from .state import STATE
@@ -103,8 +103,17 @@ def _lower(kind: tuple, *args, **kwargs):
     reference = functools.partial(_reference_fn, kind, dict(kwargs))
     if isinstance(offer, str):
         return _inline(reference, args, name)
+    dkey = decisions.key(name, offer, decisions.device_name(device))
+    offer, verdict = decisions.narrow(offer, dkey)
+    if verdict == "lost":
+        log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
+        return _inline(reference, args, name)
     layout = _output_layout(kind, inputs, kwargs)
-    choices = bind(offer, kind, inputs, layout, {k: v for k, v in kwargs.items() if k != "kernel_config"})
+    choices = bind(offer, kind, inputs, layout, {k: v for k, v in kwargs.items() if k != "kernel_config"},
+                   decision=dkey)
+    if verdict == "won":
+        log.debug("cutedsl: %s: %s won here before (decision cache)", name, offer.configs[0].name)
+        return choices[0].output_node()
     from torch._inductor.codegen.subgraph import SubgraphTemplate
 
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(

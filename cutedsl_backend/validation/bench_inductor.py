@@ -101,6 +101,9 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     winners = _Winners()
     add_feedback_saver(winners)
     fallbacks0 = iops.fallback_count
+    from .. import compiler
+
+    stats0 = dict(compiler.STATS)
     try:
         with fresh_cache(), torch.no_grad():
             if variant != "aten+triton":
@@ -121,10 +124,13 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
+    ours = {k: round(v - stats0[k], 3) for k, v in compiler.STATS.items()}
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
-           "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0}
+           "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,
+           "our_kernel_fetches": ours}
     log(f"{name:14s} {variant:14s} compile {compile_s:7.2f} s  {ms:.4f} ms/call  eager {eager_ms:.4f} ms  "
         f"rel_l2 {err:.2e}  " + "; ".join(f"{w['autotune']}: {w['winner']}" for w in winners.rows))
+    log(f"{'':14s} {'':14s} our kernels: {ours}")
     return row
 
 

@@ -1,0 +1,78 @@
+"""The decision cache: what an autotune with our candidates found is kept on disk and narrows
+the next compile of the same GEMM in any process (one config, or none where ours lost)."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from cutedsl_backend.inductor import decisions  # noqa: E402
+
+from .conftest import compile_and_code, rand  # noqa: E402
+
+
+def entries():
+    p = decisions.path()
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def recompile(fn, *args):
+    torch._dynamo.reset()
+    decisions._CACHE.clear()  # as a new process would: read from disk
+    return compile_and_code(fn, *args)
+
+
+def test_recorded_then_narrowed_to_one_config(inductor, feedback):
+    a, b = rand(256, 128), rand(128, 192)
+    fn = (lambda a, b: a @ b)
+    compile_and_code(fn, a, b)
+    assert len(feedback.ours("mm")) == 3
+    (entry,) = entries().values()
+    assert entry["config"].startswith("sm90a_") and entry["ours_ms"] > 0 and entry["theirs_ms"] > 0
+    feedback.rounds.clear()
+    entry["theirs_ms"] = entry["ours_ms"]  # a close call: offer the recorded config alone
+    decisions.path().write_text(json.dumps({next(iter(entries())): entry}))
+    recompile(fn, a, b)
+    assert [d for _, d in feedback.ours("mm")] == [f"cutedsl {entry['config']}"]
+
+
+def test_lost_is_not_offered_again(inductor, feedback, debug_log):
+    a, b = rand(256, 128), rand(128, 192)
+    fn = (lambda a, b: a @ b)
+    compile_and_code(fn, a, b)
+    (k, entry), = entries().items()
+    entry.update(ours_ms=2.0, theirs_ms=1.0)
+    decisions.path().write_text(json.dumps({k: entry}))
+    feedback.rounds.clear()
+    recompile(fn, a, b)
+    assert feedback.ours() == []
+    assert any("decision cache" in r.getMessage() for r in debug_log.records)
+
+
+@pytest.mark.parametrize("outcome", ["won", "lost"])
+def test_fused_op_skips_the_autotune(inductor, feedback, outcome):
+    x, w, b = rand(256, 128), rand(192, 128), rand(192)
+    fn = (lambda x, w, b: F.relu(F.linear(x, w, b)))
+    compile_and_code(fn, x, w, b)
+    k = next(k for k in entries() if "cutedsl_fused" in k)
+    entry = entries()[k]
+    entry.update(ours_ms=1.0, theirs_ms=2.0) if outcome == "won" else entry.update(ours_ms=2.0, theirs_ms=1.0)
+    decisions.path().write_text(json.dumps({k: entry}))
+    feedback.rounds.clear()
+    out, code = recompile(fn, x, w, b)
+    assert not [r for r in feedback.rounds if r[0].startswith("cutedsl_fused_")]
+    if outcome == "won":
+        assert f"kernel_config='{entry['config']}'" in code and "activation='relu'" in code
+    else:
+        assert "activation='relu'" not in code
+    torch.testing.assert_close(out.float(), fn(x.float(), w.float(), b.float()), atol=0.1, rtol=0.02)
+
+
+def test_verdicts():
+    assert decisions.verdict(None) == "unknown"
+    assert decisions.verdict({"ours_ms": 1.0, "theirs_ms": None}) == "won"
+    assert decisions.verdict({"ours_ms": 1.0, "theirs_ms": 1.01}) == "close"
+    assert decisions.verdict({"ours_ms": 1.0, "theirs_ms": 1.2}) == "won"
+    assert decisions.verdict({"ours_ms": 1.2, "theirs_ms": 1.0}) == "lost"
