@@ -600,8 +600,11 @@ def _pool() -> Optional[_WorkerPool]:
         return _POOL
 
 
-def worker_compile(problem: GemmProblem, cfg: GemmConfig, epilogue) -> tuple:
-    """A worker's job: compile (or find on disk) and store; (key, compile seconds, cache hit)."""
+def worker_compile(problem: GemmProblem, cfg: GemmConfig, epilogue, cache: Optional[str] = None) -> tuple:
+    """A worker's job: compile (or find on disk) and store in ``cache`` (the submitting process's
+    cache dir at submit time); (key, compile seconds, cache hit)."""
+    if cache is not None:
+        os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = cache
     cg = get_kernel(problem, cfg, epilogue)
     return cg.key, cg.compile_seconds, cg.cache_hit
 
@@ -632,7 +635,7 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
     pool = _pool()
     if pool is None:
         return None
-    fut = pool.submit(problem, cfg, epilogue)
+    fut = pool.submit(problem, cfg, epilogue, str(cache_dir()))
     _PENDING[key] = fut
     return fut
 

@@ -32,6 +32,8 @@ aten = torch.ops.aten
 _EXTERN: dict[str, Any] = {}
 # graph -> (op name, FX node) already offered: tuned_addmm asks the handler up to three times
 _SEEN: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+# graph -> (a, b) buffer names whose fused kernel lost (see suppress)
+_SUPPRESSED: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 
 class _Reordered:
@@ -147,6 +149,21 @@ def _first_time(op_name: str) -> bool:
     return True
 
 
+def suppress(a, b) -> None:
+    """Offer no plain-GEMM candidates for operands ``a`` and ``b`` in this graph: used when our
+    fused kernel for them just lost to the unfused ops, which are then inlined (our plain kernel
+    would meet the same GEMM peers again, at the price of more compiles and benchmarks)."""
+    from torch._inductor.virtualized import V
+
+    _SUPPRESSED.setdefault(V.graph, set()).add((a.get_name(), b.get_name()))
+
+
+def _suppressed(a, b) -> bool:
+    from torch._inductor.virtualized import V
+
+    return (a.get_name(), b.get_name()) in _SUPPRESSED.get(V.graph, ())
+
+
 def _fast_accum(kwarg_overrides) -> Optional[bool]:
     """torch._scaled_mm's use_fast_accum: from the other candidates' kwargs, else the FX node."""
     for d in (kwarg_overrides or {}).values():
@@ -205,6 +222,9 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
         fast_accum = fa
         kwargs["fast_accum"] = fa
     else:
+        return []
+    if _suppressed(a, b):
+        log.debug("cutedsl: not offering %s (our fused kernel for it lost to the unfused ops)", op_name)
         return []
     out_dtype = kernel_inputs.out_dtype()
     if out_dtype != a.get_dtype():

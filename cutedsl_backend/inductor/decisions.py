@@ -130,8 +130,8 @@ def narrow(offer, k: str) -> tuple:
 
 
 def device_name(device) -> str:
-    if device.type != "cuda":
-        return device.type
     import torch
 
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return device.type
     return torch.cuda.get_device_name(device)

@@ -100,10 +100,10 @@ def default_device_arch(device) -> str:
 
 @functools.lru_cache(None)
 def _num_sms(device_type: str, index: int) -> int:
-    if device_type != "cuda":
-        return 132  # tests on CPU tensors rank configs as for an H100/H200
     import torch
 
+    if device_type != "cuda" or not torch.cuda.is_available():
+        return 132  # CPU tensors, fake CUDA tensors without a GPU (tests): rank as for an H100/H200
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
@@ -213,10 +213,25 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias.dtype if bias else "float32",
                         residual=residual is not None, residual_dtype=res_dtype or "float32", scale_a=sa,
                         scale_b=sb)
-    configs = rank_configs(problem, num_sms=num_sms, top_k=top_k, epilogue=spec)
+    configs = diverse(rank_configs(problem, num_sms=num_sms, epilogue=spec), top_k)
     if not configs:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     return Offer(problem, spec, tuple(configs))
+
+
+def diverse(ranked: list, k: int) -> list:
+    """The best ``k`` of ``ranked`` that differ in more than raster order and group (those
+    variants measure within a few percent of each other; a different tile or cluster is worth the
+    compile more); raster variants fill up if too few differ."""
+    seen, picked = set(), []
+    for cfg in ranked:
+        shape = (cfg.schedule, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.two_cta)
+        if shape not in seen:
+            seen.add(shape)
+            picked.append(cfg)
+        if len(picked) == k:
+            return picked
+    return picked + [c for c in ranked if c not in picked][:k - len(picked)]
 
 
 def operand_from_ir(node) -> Operand:

@@ -26,9 +26,9 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph, Node
 
 from ..epilogue import ACTIVATION_NAMES
-from . import ops
+from . import decisions, ops
 from .choices import autotuning, device_arch
-from .eligibility import Sizes, check_gemm, offer_or_reason, operand_from_fake
+from .eligibility import Sizes, check_gemm, num_sms, offer_or_reason, operand_from_fake
 from .state import STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
@@ -98,8 +98,10 @@ def fuse_epilogues(graph: Graph) -> int:
                                                           aten._scaled_mm.default):
             try:
                 chain = match_chain(node)
-                if chain is not None and _eligible(chain):
+                offer = _offer(chain) if chain is not None else None
+                if offer is not None:
                     _replace(graph, chain)
+                    _precompile(chain, offer)
                     done += 1
             except Exception as e:  # never break a compile: the graph keeps its unfused form
                 log.warning("cutedsl: fusion of %s skipped after %s: %s", node, type(e).__name__, e)
@@ -321,8 +323,9 @@ def _fused_kwargs(chain: Chain) -> dict:
     return kw
 
 
-def _eligible(chain: Chain) -> bool:
-    """The same rules the lowering applies, on the graph's fake tensors (cheap: one config)."""
+def _offer(chain: Chain):
+    """The lowering's offer for the fused op (the same rules, on the graph's fake tensors), or
+    None when the chain is not eligible."""
     a = _val(chain.a)
 
     def check():
@@ -334,10 +337,24 @@ def _eligible(chain: Chain) -> bool:
         return check_gemm(opt(chain.a), opt(chain.b), arch=device_arch(a.device), sizes=Sizes(),
                           out_dtype=str(chain.out_dtype).replace("torch.", "") if chain.out_dtype else None,
                           bias=opt(chain.bias), residual=res, scale_a=opt(chain.scale_a), scale_b=opt(chain.scale_b),
-                          activation=chain.activation, fast_accum=chain.fast_accum, top_k=1)
+                          activation=chain.activation, fast_accum=chain.fast_accum, top_k=STATE.top_k,
+                          num_sms=num_sms(a.device))
 
     what = f"fused {chain.gemm.target} + {[n.target for n in chain.nodes[1:]]}"
-    return not isinstance(offer_or_reason(what, check), str)
+    offer = offer_or_reason(what, check)
+    return None if isinstance(offer, str) else offer
+
+
+def _precompile(chain: Chain, offer) -> None:
+    """Start the fused kernel's compiles now, in worker processes: the lowering that benchmarks
+    them comes later in this compile (keys match: same problem, epilogue and configs)."""
+    from .. import compiler
+
+    name = f"cutedsl_fused_{ops.op_name(*chain.kind)}"
+    offer, verdict = decisions.narrow(offer, decisions.key(name, offer, decisions.device_name(_val(chain.a).device)))
+    if verdict != "lost":
+        for cfg in offer.configs:
+            compiler.precompile_async(offer.problem, cfg, offer.epilogue)
 
 
 def _replace(graph: Graph, chain: Chain) -> None:

@@ -26,7 +26,7 @@ import torch
 
 from ..problem import dtype_name
 from . import decisions, ops
-from .choices import autotuning, bind, device_arch
+from .choices import autotuning, bind, device_arch, suppress
 from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
 from .state import STATE
 
@@ -107,6 +107,7 @@ def _lower(kind: tuple, *args, **kwargs):
     offer, verdict = decisions.narrow(offer, dkey)
     if verdict == "lost":
         log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
+        suppress(inputs[0], inputs[1])
         return _inline(reference, args, name)
     layout = _output_layout(kind, inputs, kwargs)
     choices = bind(offer, kind, inputs, layout, {k: v for k, v in kwargs.items() if k != "kernel_config"},
@@ -123,6 +124,7 @@ def _lower(kind: tuple, *args, **kwargs):
     node, winner = _select(name, choices, inputs, layout)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
+        suppress(inputs[0], inputs[1])
         return _inline(reference, args, name, gm=unfused.gm)
     log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
     return node

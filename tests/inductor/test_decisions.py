@@ -67,6 +67,7 @@ def test_fused_op_skips_the_autotune(inductor, feedback, outcome):
         assert f"kernel_config='{entry['config']}'" in code and "activation='relu'" in code
     else:
         assert "activation='relu'" not in code
+        assert feedback.ours() == []  # nor plain candidates for the GEMM the unfused ops put back
     torch.testing.assert_close(out.float(), fn(x.float(), w.float(), b.float()), atol=0.1, rtol=0.02)
 
 

@@ -173,3 +173,17 @@ def test_compiled_mlp_block_forced_fused(inductor):
     assert ("gemm_ab_bias", CALLS[-2][1], "silu") in CALLS
     h = F.silu(x.double() @ w1.double().t() + b1.double()).to(torch.bfloat16).double()
     assert_close(out, x.double() + h @ w2.double().t() + b2.double(), 256, roundings=2)
+
+
+def test_pass_starts_the_compiles_the_lowering_benchmarks(inductor, monkeypatch):
+    """The fusion pass submits the fused kernel's configs to the compile workers as soon as the
+    chain is found; the lowering later binds exactly those (same cache keys, no second compile)."""
+    from cutedsl_backend import compiler
+
+    submitted = []
+    monkeypatch.setattr(compiler, "precompile_async",
+                        lambda problem, cfg, spec=None: submitted.append(compiler._resolve(problem, cfg, spec)[1]))
+    x, w, b = rand(256, 128), rand(192, 128), rand(192)
+    compile_and_code(lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"), x, w, b)
+    n = inductor.state.STATE.top_k
+    assert len(submitted) >= 2 * n and submitted[:n] == submitted[n:2 * n], submitted
