@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     bi.add_argument("--hidden", type=int, default=14336)
     bi.add_argument("--dtype", default="bfloat16")
     bi.add_argument("--variants", default="aten+triton,cutedsl cold,cutedsl warm")
+    bi.add_argument("--blocks", default="mlp,attn_out_proj")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -131,7 +132,8 @@ def main(argv=None) -> int:
     if args.cmd == "bench-inductor":
         from .validation.bench_inductor import bench_inductor
 
-        rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")))
+        rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
+                              blocks=tuple(args.blocks.split(",")))
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(rows, fh, indent=1)

@@ -136,13 +136,15 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
 
 def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                    variants=("aten+triton", "cutedsl cold", "cutedsl warm"), log=print,
-                   kernel_dir: Optional[str] = None) -> list:
+                   kernel_dir: Optional[str] = None, blocks=("mlp", "attn_out_proj")) -> list:
     """Rows per (block, variant); ratios against the aten+triton row of the same block."""
     import torch
 
     kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
     rows = []
     for name, mod, args in _blocks(tokens, d, hidden, getattr(torch, dtype)):
+        if name not in blocks:
+            continue
         base = None
         for variant in variants:
             cold_dir = os.path.join(kernel_dir, name)
