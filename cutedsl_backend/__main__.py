@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     bi.add_argument("--dtype", default="bfloat16")
     bi.add_argument("--variants", default="aten+triton,cutedsl cold,cutedsl warm")
     bi.add_argument("--blocks", default="mlp,attn_out_proj")
+    bi.add_argument("--kernel-dir", help="our kernel cache root (default: a new temporary folder)")
+    bi.add_argument("--isolated", action="store_true", help="each block and variant in a fresh process")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -130,10 +132,14 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     if args.cmd == "bench-inductor":
-        from .validation.bench_inductor import bench_inductor
+        from .validation.bench_inductor import bench_inductor, bench_inductor_isolated
 
-        rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
-                              blocks=tuple(args.blocks.split(",")))
+        blocks = tuple(args.blocks.split(","))
+        if args.isolated:
+            rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks)
+        else:
+            rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
+                                  kernel_dir=args.kernel_dir, blocks=blocks)
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(rows, fh, indent=1)
