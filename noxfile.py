@@ -4,7 +4,7 @@ cutedsl_backend/validation/ and every session calls pytest or the CLI.
   nox -s tests                 CPU unit + compile tests with coverage (CI)
   nox -s validate              the validation run: everything this machine can run, then reports
   nox -s compile-sm90a         compile-only matrix for one arch (budgets, SASS, spills)
-  nox -s "gpu(arch='sm90a', dtype='bfloat16')"   GPU numerics for one cell family
+  nox -s "gpu(dtype='bfloat16', epilogue='fused', arch='sm90a')"   GPU numerics for one cell family
   nox -s bench | lint | compile_versions
   nox -l --json                machine-readable session list (GitHub Actions matrix)
 
@@ -16,8 +16,12 @@ GPU machines that already have a CUDA torch: CUTEDSL_NOX_SYSTEM=1 nox --no-venv 
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cutedsl_backend.validation.matrix import GPU_TEST_CELLS  # noqa: E402  (pure Python: the one matrix)
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests"]
@@ -31,7 +35,6 @@ DSL_NEWEST = "4.8.1"
 DSL_OLDEST = "4.8.0"
 TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7", "nox", "pyyaml"]
 ARCHS = ["sm90a", "sm100a"]
-DTYPES = ["bfloat16", "float16"]
 
 
 def install_runtime(session: nox.Session, dsl: str = DSL_NEWEST, torch: str = TORCH_CPU) -> None:
@@ -92,9 +95,9 @@ def compile_matrix(session: nox.Session, arch: str) -> None:
 
 @nox.session(tags=["gpu", "standard", "full"], venv_backend=BACKEND)
 @nox.parametrize("arch", ARCHS)
-@nox.parametrize("dtype", DTYPES)
-def gpu(session: nox.Session, arch: str, dtype: str) -> None:
-    """GPU numerics for (arch, dtype); says 'not run: needs <arch>' elsewhere.
+@nox.parametrize(("dtype", "epilogue"), GPU_TEST_CELLS)
+def gpu(session: nox.Session, arch: str, dtype: str, epilogue: str) -> None:
+    """GPU numerics for (arch, dtype, epilogue family); says 'not run: needs <arch>' elsewhere.
     `-- --require-gpu` turns a missing GPU into a failure."""
     install_runtime(session)
     if not USE_SYSTEM:
@@ -104,7 +107,7 @@ def gpu(session: nox.Session, arch: str, dtype: str) -> None:
     tests_dir = "tests/gpu"
     session.run("python", "-m", "pytest", tests_dir, "-q", "-rs", "-m", "gpu",
                 "-n", os.environ.get("CUTEDSL_TEST_WORKERS", "8"), "-p", "no:cacheprovider",
-                "--arch-filter", arch[:-1], "--dtype-filter", dtype, env=env)
+                "--arch-filter", arch[:-1], "--dtype-filter", dtype, "--epilogue-filter", epilogue, env=env)
 
 
 @nox.session(tags=["gpu", "full"], venv_backend=BACKEND)
@@ -131,10 +134,20 @@ def mutants(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests/unit/test_mutants.py", "-q", "-rs")
 
 
+# Both ends of the supported range on the CPU: the oldest DSL with the CPU CI's torch, the newest
+# DSL with the newest torch (2.14.1: a CUDA build, importable without a GPU). The oldest torch,
+# 2.11, is the GPU machine's: its runs cover that end (docs/validation).
+VERSION_ENDS = [(DSL_OLDEST, TORCH_CPU), (DSL_NEWEST, "torch==2.14.1")]
+
+
 @nox.session(tags=["full", "cpu"], venv_backend=BACKEND)
-@nox.parametrize("dsl", [DSL_OLDEST, DSL_NEWEST])
-def compile_versions(session: nox.Session, dsl: str) -> None:
-    """The compile-only matrix against the oldest and newest supported nvidia-cutlass-dsl."""
-    install_runtime(session, dsl=dsl)
-    session.run("python", "-m", "cutedsl_backend", "validate", "--tag", "quick", "--arch", "sm90a",
+@nox.parametrize(("dsl", "torch"), VERSION_ENDS, ids=["oldest", "newest"])
+def compile_versions(session: nox.Session, dsl: str, torch: str) -> None:
+    """The compile-only matrix (both archs) and the Inductor integration's CPU tests against the
+    oldest and newest supported nvidia-cutlass-dsl and torch."""
+    install_runtime(session, dsl=dsl, torch=torch)
+    if not USE_SYSTEM:
+        session.install(*TEST_DEPS)
+    session.run("python", "-m", "cutedsl_backend", "validate", "--tag", "quick", "--arch", "sm90a,sm100a",
                 "--out", f"reports/dsl-{dsl}", "--compile-only")
+    session.run("python", "-m", "pytest", "tests/inductor", "-q", "-p", "no:cacheprovider")

@@ -24,28 +24,43 @@ GPU_ARCH, GPU_DESC = _gpu_arch()
 def pytest_addoption(parser):
     parser.addoption("--arch-filter", default=None, help="keep only GPU tests for this arch (sm90, sm100)")
     parser.addoption("--dtype-filter", default=None,
-                     help="keep only tests of this dtype; tests without a dtype run with bfloat16")
+                     help="keep only tests of this dtype; tests without a dtype run with bfloat16 (fp8 ones "
+                          "with float8_e4m3fn)")
+    parser.addoption("--epilogue-filter", default=None,
+                     help="keep only tests of this epilogue family: none, fused, scales")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu(arch): needs a GPU of that arch (sm90 or sm100)")
     config.addinivalue_line("markers", "compile: compiles CuTe DSL kernels on the CPU")
+    config.addinivalue_line("markers", "epilogue(family): the epilogue family a GPU test covers (none, fused, scales)")
 
 
-def _keep(item, arch, dtype):
+def _family(item) -> str:
+    """The test's epilogue family (validation.matrix.GPU_EPILOGUE_FAMILIES); plain GEMMs by default."""
+    m = item.get_closest_marker("epilogue")
+    return m.args[0] if m else "none"
+
+
+def _keep(item, arch, dtype, epilogue):
     m = item.get_closest_marker("gpu")
     if arch and (m is None or (m.args[0] if m.args else "sm90") != arch):
         return False
+    if epilogue and _family(item) != epilogue:
+        return False
     if dtype:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        return params.get("dtype", "bfloat16") == dtype
+        # fp8 tests (every e4m3/e5m2 mix) go with float8_e4m3fn; others without a dtype with bfloat16
+        default = "float8_e4m3fn" if _family(item) == "scales" else "bfloat16"
+        return params.get("dtype", default) == dtype
     return True
 
 
 def pytest_collection_modifyitems(config, items):
     arch, dtype = config.getoption("--arch-filter"), config.getoption("--dtype-filter")
-    if arch or dtype:
-        keep = [i for i in items if _keep(i, arch, dtype)]
+    epilogue = config.getoption("--epilogue-filter")
+    if arch or dtype or epilogue:
+        keep = [i for i in items if _keep(i, arch, dtype, epilogue)]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
     require = [r for r in os.environ.get("CUTEDSL_REQUIRE_GPU", "").split(",") if r]

@@ -31,6 +31,13 @@ EPILOGUES = {
                                                              bias_dtype=od, activation="gelu_tanh"),
 }
 FP8_EPILOGUES = ("tensorwise-scales", "rowwise-scales", "rowwise-scales+bias+gelu_tanh")
+# The GPU test suite's axes (the nox `gpu` sessions, one per (arch, dtype, epilogue family)):
+# plain GEMMs, fused epilogues (bias, activations, residual, alpha/beta, also through
+# torch.compile), fp8 scaled GEMMs with their scales. Tests say their family with
+# pytest.mark.epilogue(...); fp8 tests cover every e4m3/e5m2 mix under float8_e4m3fn.
+GPU_EPILOGUE_FAMILIES = ("none", "fused", "scales")
+GPU_TEST_CELLS = (("bfloat16", "none"), ("bfloat16", "fused"), ("float16", "none"), ("float16", "fused"),
+                  ("float8_e4m3fn", "scales"))
 LAYOUTS = (("k", "n"), ("k", "k"), ("m", "n"), ("m", "k"))
 # Instructions each kernel family must contain (one of each tuple).
 REQUIRED_SASS = {

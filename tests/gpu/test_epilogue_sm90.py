@@ -11,7 +11,7 @@ from cutedsl_backend.configs import quick_configs  # noqa: E402
 from cutedsl_backend.epilogue import ACTIVATION_NAMES, reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
-pytestmark = pytest.mark.gpu("sm90")
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("fused")]
 CONFIGS = [quick_configs("sm90a")[0], quick_configs("sm90a")[3]]  # cooperative, pingpong
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

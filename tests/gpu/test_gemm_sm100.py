@@ -29,17 +29,25 @@ def test_gemm(cfg, dtype, shape):
     assert m["ok"], m
 
 
+@pytest.mark.epilogue("fused")
 @pytest.mark.parametrize("cfg", quick_configs("sm100a")[:4:3], ids=lambda c: c.name)
-def test_epilogue_and_fp8(cfg):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bias_gelu_tanh_epilogue(cfg, dtype):
     M, N, K = 1000, 2056, 784
     s = K ** -0.25
-    a = (torch.randn(M, K, device="cuda") * s).to(torch.bfloat16)
-    b = (torch.randn(K, N, device="cuda") * s).to(torch.bfloat16)
-    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    a = (torch.randn(M, K, device="cuda") * s).to(DTYPES[dtype])
+    b = (torch.randn(K, N, device="cuda") * s).to(DTYPES[dtype])
+    bias = torch.randn(N, device="cuda").to(DTYPES[dtype])
     out = cb.gemm(a, b, bias=bias, activation="gelu_tanh", config=cfg)
-    m = compare(out, reference(a.double() @ b.double(), bias=bias.double(), activation="gelu_tanh"), "bfloat16", K,
+    m = compare(out, reference(a.double() @ b.double(), bias=bias.double(), activation="gelu_tanh"), dtype, K,
                 "gelu_tanh")
     assert m["ok"], m
+
+
+@pytest.mark.epilogue("scales")
+@pytest.mark.parametrize("cfg", quick_configs("sm100a")[:4:3], ids=lambda c: c.name)
+def test_fp8_rowwise_scales(cfg):
+    M, N, K = 1000, 2056, 784
     a8 = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
     b8 = (torch.randn(N, K, device="cuda") * 2).to(torch.float8_e4m3fn).t()
     sa, sb = torch.rand(M, 1, device="cuda") + 0.5, torch.rand(1, N, device="cuda") + 0.5

@@ -15,7 +15,7 @@ import cutedsl_backend as cb  # noqa: E402
 from cutedsl_backend.configs import quick_configs  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
-pytestmark = pytest.mark.gpu("sm90")
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 LAYOUTS = list(itertools.product(("k", "m"), ("n", "k")))  # (a_major, b_major)

@@ -77,6 +77,7 @@ def check_against_fp64(fn, args, compiled_out):
     return e_c, e_e
 
 
+@pytest.mark.epilogue("fused")
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
 def test_mlp_block(backend, activation):
     act = (lambda t: F.gelu(t, approximate="tanh")) if activation == "gelu_tanh" else F.silu
@@ -93,6 +94,7 @@ def test_mlp_block(backend, activation):
     assert len(fused) == 2, backend.rows  # both GEMMs went through our fused autotune
 
 
+@pytest.mark.epilogue("fused")
 def test_attention_out_projection_residual(backend):
     x, attn, w, b = params((4, 512, 2048), (4, 512, 2048), (2048, 2048), (2048,))
 
@@ -128,6 +130,7 @@ def test_forced_plain_gemms_in_cuda_graphs(backend, op):
     check_against_fp64(fn, args, out)
 
 
+@pytest.mark.epilogue("scales")
 @pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
 def test_scaled_mm_candidates(backend, scaling):
     g = torch.Generator(device="cuda").manual_seed(1)

@@ -10,7 +10,7 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare_fp8  # noqa: E402
 
-pytestmark = pytest.mark.gpu("sm90")
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("scales")]
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 MIXES = [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E4M3)]
 OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

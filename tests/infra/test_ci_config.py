@@ -107,3 +107,26 @@ def test_images_install_what_the_noxfile_tests():
     with pytest.raises(SystemExit):
         main(["precompile", "--help"])
     assert "validate" in nox_sessions()
+
+
+def test_every_gpu_test_belongs_to_one_nox_gpu_cell():
+    """The nox gpu sessions (arch x dtype x epilogue family) together select every GPU test
+    exactly once: none is left out of CI by the filters."""
+    import re
+    import subprocess
+    import sys
+
+    from cutedsl_backend.validation.matrix import GPU_TEST_CELLS
+
+    def collected(*args):
+        out = subprocess.run([sys.executable, "-m", "pytest", "tests/gpu", "--collect-only", "-q", "-p",
+                              "no:cacheprovider", *args], capture_output=True, text=True, check=False).stdout
+        return {line for line in out.splitlines() if re.match(r"tests/gpu/\S+::", line)}
+
+    everything = collected()
+    assert everything
+    seen: list = []
+    for arch in ("sm90", "sm100"):
+        for dtype, family in GPU_TEST_CELLS:
+            seen += collected("--arch-filter", arch, "--dtype-filter", dtype, "--epilogue-filter", family)
+    assert sorted(seen) == sorted(everything)
