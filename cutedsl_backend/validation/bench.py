@@ -9,33 +9,42 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Iterable, Optional
 
 PREFILL_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (2048, 1024, 8192)]
 DECODE_SHAPES = [(128, 8192, 8192), (16, 8192, 8192)]
 
 
-def _precompile_one(args):
-    problem, cfg, *spec = args
-    from ..compiler import get_kernel
-
-    try:
-        k = get_kernel(problem, cfg, *spec)
-        return cfg.name, k.compile_seconds, None
-    except Exception as e:  # reported by the caller
-        return cfg.name, 0.0, f"{type(e).__name__}: {e}"
-
-
 def precompile(pairs: list, workers: Optional[int] = None) -> list:
-    """Compile (problem, config[, epilogue spec]) tuples in worker processes into the disk cache."""
-    import multiprocessing as mp
+    """Compile (problem, config[, epilogue spec]) tuples into the disk cache, in the compile
+    worker processes (compiler._WorkerPool); one (config name, compile seconds, error) per pair."""
+    from ..compiler import _WorkerPool, cache_dir, get_kernel
 
     workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
     if workers == 1 or len(pairs) == 1:
-        return [_precompile_one(p) for p in pairs]
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
-        return list(ex.map(_precompile_one, pairs))
+        jobs = [(p[1], _in_process(get_kernel, p)) for p in pairs]
+    else:
+        pool = _WorkerPool(workers)
+        jobs = [(p[1], pool.submit(p[0], p[1], p[2] if len(p) > 2 else None, str(cache_dir()))) for p in pairs]
+    out = []
+    for cfg, fut in jobs:
+        try:
+            out.append((cfg.name, fut.result()[1], None))
+        except Exception as e:  # reported by the caller
+            out.append((cfg.name, 0.0, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def _in_process(get_kernel, pair):
+    from concurrent.futures import Future
+
+    fut: Future = Future()
+    try:
+        k = get_kernel(*pair)
+        fut.set_result((k.key, k.compile_seconds, k.cache_hit))
+    except Exception as e:
+        fut.set_exception(e)
+    return fut
 
 
 def _median_ms(fn, warmup=50, rep=300) -> float:
