@@ -85,3 +85,20 @@ def test_dynamic_k_is_refused(inductor, feedback, debug_log):
     torch.testing.assert_close(fn(x, w), x @ w.t())
     assert feedback.ours() == []
     assert any("not statically a multiple" in r.getMessage() for r in debug_log.records)
+
+
+def test_op_falls_back_to_torch_with_a_logged_warning(caplog):
+    """If an input reaches our op in a form the kernel refuses (here: CPU tensors), the op
+    computes the unfused torch result, logs a warning naming the rule and counts it (the GPU
+    tests assert the count stays 0)."""
+    import logging
+
+    from cutedsl_backend.inductor import ops as iops
+
+    a, b, bias = rand(64, 32), rand(32, 48), rand(48)
+    before = iops.fallback_count
+    with caplog.at_level(logging.WARNING, logger="cutedsl_backend.inductor"):
+        out = iops._run((False, True, False), a, b, (bias,), "relu", 1.0, 1.0, None, False, "")
+    assert iops.fallback_count == before + 1
+    assert any("device" in r.getMessage() and "unfused torch ops" in r.getMessage() for r in caplog.records)
+    torch.testing.assert_close(out, torch.relu(torch.addmm(bias, a, b)))
