@@ -76,7 +76,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "cutedsl_backend", "tests", "noxfile.py", ".github/scripts")
     session.run("mypy", "--ignore-missing-imports", "--follow-imports=silent", "cutedsl_backend/problem.py",
                 "cutedsl_backend/configs.py", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
-                "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py")
+                "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py",
+                "cutedsl_backend/inductor", "cutedsl_backend/compile_worker.py")
     session.run("actionlint", "-shellcheck=", "-pyflakes=")
     session.run("zizmor", "--offline", ".github/workflows")
     for dockerfile in ("docker/Dockerfile.gpu", "docker/Dockerfile.cpu"):

@@ -24,6 +24,7 @@ def main() -> None:
             job = pickle.load(sys.stdin.buffer)
         except EOFError:
             return
+        reply: tuple
         try:
             reply = (True, None if job[0] is None else worker_compile(*job))
         except Exception as e:

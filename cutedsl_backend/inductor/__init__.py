@@ -89,6 +89,7 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         }
         user_pass = config.post_grad_custom_post_pass
         ours = FusionPass()
+        new_pass: object
         if user_pass is None:
             new_pass = ours
         elif isinstance(user_pass, (list, tuple)):  # torch 2.13+ takes a list of passes

@@ -81,6 +81,8 @@ def verdict(entry: Optional[dict]) -> str:
     if not entry:
         return "unknown"
     ours, theirs = entry.get("ours_ms"), entry.get("theirs_ms")
+    if ours is None:
+        return "unknown"
     if theirs is None:
         return "won"
     if ours > theirs * (1 + MARGIN):
@@ -120,7 +122,7 @@ def narrow(offer, k: str) -> tuple:
     install_feedback_saver()
     entry = get(k)
     v = verdict(entry)
-    if v in ("won", "close"):
+    if entry is not None and v in ("won", "close"):
         try:
             cfg = GemmConfig.from_name(entry["config"])
         except ValueError:

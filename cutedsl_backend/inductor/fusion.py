@@ -99,7 +99,7 @@ def fuse_epilogues(graph: Graph) -> int:
             try:
                 chain = match_chain(node)
                 offer = _offer(chain) if chain is not None else None
-                if offer is not None:
+                if chain is not None and offer is not None:
                     _replace(graph, chain)
                     _precompile(chain, offer)
                     done += 1
@@ -163,7 +163,7 @@ def match_chain(gemm: Node) -> Optional[Chain]:
         chain.nodes.append(user)
     # + bias (a row vector broadcast over the rows)
     user = _only_user(cur)
-    if chain.bias is None and _is_add(user, cur) and "alpha" not in user.kwargs:
+    if chain.bias is None and user is not None and _is_add(user, cur) and "alpha" not in user.kwargs:
         other = _other(user, cur)
         if _is_col_vector(_val(other), n) and _val(other).dim() <= 2:
             chain.bias, cur = other, user
@@ -171,7 +171,8 @@ def match_chain(gemm: Node) -> Optional[Chain]:
             chain.epilogue_nodes += 1
     # + residual (the whole result's shape); add(x, r, alpha=c) is x + c*r
     user = _only_user(cur)
-    if chain.residual is None and _is_add(user, cur) and tuple(_shape(_other(user, cur))) == tuple(_shape(cur)):
+    if (chain.residual is None and user is not None and _is_add(user, cur)
+            and tuple(_shape(_other(user, cur))) == tuple(_shape(cur))):
         other = _other(user, cur)
         alpha = user.kwargs.get("alpha", 1)
         if (alpha == 1 or user.args[0] is cur) and _residual_usable(chain, other):

@@ -93,9 +93,9 @@ def _lower(kind: tuple, *args, **kwargs):
 
     def check() -> Offer:
         opt = (lambda k: operand_from_ir(named[k]) if k in named else None)
-        return check_gemm(opt("a"), opt("b"), arch=device_arch(device), sizes=sizes,
-                          out_dtype=dtype_name(out_dtype) if out_dtype is not None else None, bias=opt("bias"),
-                          residual=opt("residual"), scale_a=opt("scale_a"), scale_b=opt("scale_b"),
+        return check_gemm(operand_from_ir(named["a"]), operand_from_ir(named["b"]), arch=device_arch(device),
+                          sizes=sizes, out_dtype=dtype_name(out_dtype) if out_dtype is not None else None,
+                          bias=opt("bias"), residual=opt("residual"), scale_a=opt("scale_a"), scale_b=opt("scale_b"),
                           activation=kwargs.get("activation"), fast_accum=bool(kwargs.get("fast_accum")),
                           top_k=STATE.top_k, num_sms=num_sms(device))
 
