@@ -85,12 +85,20 @@ class EpilogueSpec:
 
 
 
-def reference(acc, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, scale_a=None,
-              scale_b=None):
-    """The formula in torch on an fp32/fp64 ``acc`` = A @ B (the tests' reference)."""
+def torch_activation(name: Optional[str]):
+    """Activation ``name`` as torch computes it (torch.nn.functional semantics); None: identity."""
     import torch
     import torch.nn.functional as F
 
+    fns = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu,
+           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+           "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    return fns[name]
+
+
+def reference(acc, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, scale_a=None,
+              scale_b=None):
+    """The formula in torch on an fp32/fp64 ``acc`` = A @ B (the tests' reference)."""
     x = acc * alpha
     if scale_a is not None:
         x = x * scale_a.to(x.dtype)
@@ -100,7 +108,4 @@ def reference(acc, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=
         x = x + bias.to(x.dtype)
     if residual is not None:
         x = x + beta * residual.to(x.dtype)
-    fns = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu,
-           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
-           "sigmoid": torch.sigmoid, "tanh": torch.tanh}
-    return fns[activation](x)
+    return torch_activation(activation)(x)

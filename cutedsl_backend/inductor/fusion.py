@@ -25,7 +25,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph, Node
 
-from ..epilogue import ACTIVATION_NAMES
+from ..epilogue import ACTIVATION_NAMES, torch_activation
 from . import decisions, ops
 from .choices import autotuning, device_arch
 from .eligibility import Sizes, check_gemm, num_sms, offer_or_reason, operand_from_fake
@@ -234,15 +234,10 @@ def _residual_usable(chain: Chain, r: Node) -> bool:
     return rv.dim() == 3 and rv.stride(0) == rv.shape[1] * rv.stride(1)
 
 
-# one-argument functions (make_fx traces every parameter of the callable it is given)
-_ACT_FNS = {
-    "relu": lambda x: torch.relu(x),
-    "gelu": lambda x: torch.nn.functional.gelu(x),
-    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "silu": lambda x: torch.nn.functional.silu(x),
-    "sigmoid": lambda x: torch.sigmoid(x),
-    "tanh": lambda x: torch.tanh(x),
-}
+def _one_arg(name: str):
+    """The activation as a one-parameter function (make_fx traces every parameter it sees)."""
+    fn = torch_activation(name)
+    return lambda x: fn(x)
 
 
 @functools.lru_cache(None)
@@ -254,7 +249,7 @@ def _activation_pattern(name: str, dtype: torch.dtype, device_type: str) -> Grap
 
     with FakeTensorMode():
         x = torch.empty(16, 16, dtype=dtype, device=device_type)
-        gm = make_fx(_ACT_FNS[name], decomposition_table=select_decomp_table())(x)
+        gm = make_fx(_one_arg(name), decomposition_table=select_decomp_table())(x)
     gm.graph.eliminate_dead_code()
     return gm.graph
 

@@ -80,7 +80,7 @@ def reference(kind: tuple, a, b, tensors: tuple, activation=None, alpha=1.0, bet
               fast_accum=False, kernel_config=""):
     """The op's function in torch ops, rounding where the unfused graph rounds (after the GEMM,
     after each pointwise op in the input dtype): the candidate our kernels are measured against."""
-    import torch.nn.functional as F
+    from ..epilogue import torch_activation
 
     scaled, has_bias, has_res = kind
     named = dict(zip(tensor_names(*kind)[2:], tensors))
@@ -98,10 +98,7 @@ def reference(kind: tuple, a, b, tensors: tuple, activation=None, alpha=1.0, bet
             y = y + bias
     if res is not None:
         y = y + res if beta == 1.0 else y + beta * res
-    acts = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu,
-            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu, "sigmoid": torch.sigmoid,
-            "tanh": torch.tanh}
-    y = acts[activation](y)
+    y = torch_activation(activation)(y)
     if out_dtype is not None and y.dtype != out_dtype and not scaled:
         y = y.to(out_dtype)
     return y
