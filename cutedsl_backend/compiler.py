@@ -595,8 +595,9 @@ class _WorkerPool:
 def _pool() -> Optional[_WorkerPool]:
     global _POOL
     with _POOL_LOCK:
-        if _POOL is None and precompile_workers():
-            _POOL = _WorkerPool(precompile_workers())
+        workers = precompile_workers()
+        if _POOL is None and workers:
+            _POOL = _WorkerPool(workers)
         return _POOL
 
 

@@ -77,10 +77,6 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         raise ValueError(f"ops: {sorted(unknown)} are not among {OPS}")
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
-    import cutedsl_backend.ops  # noqa: F401  (registers torch.ops.cutedsl.* for generated code)
-
-    from . import ops as _ops  # noqa: F401
-
     if not STATE.enabled:
         STATE.saved = {
             "choices_class": config.inductor_choices_class,

@@ -101,6 +101,22 @@ def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, ord
     return out
 
 
+def offer_for(what: str, tensors: dict, to_operand, device, sizes: Sizes, *, out_dtype=None,
+              activation: Optional[str] = None, fast_accum: bool = False):
+    """The Offer for a GEMM, or the reason it is refused (logged): ``tensors`` maps a, b and any of
+    scale_a, scale_b, bias, residual to IR nodes or fake tensors, read through ``to_operand``. The
+    one check the plain-GEMM choices, the fusion pass and the fused lowering share."""
+
+    def check() -> Offer:
+        t = {k: to_operand(v) for k, v in tensors.items() if v is not None}
+        return check_gemm(t["a"], t["b"], arch=device_arch(device), sizes=sizes,
+                          out_dtype=dtype_name(out_dtype) if out_dtype is not None else None, bias=t.get("bias"),
+                          residual=t.get("residual"), scale_a=t.get("scale_a"), scale_b=t.get("scale_b"),
+                          activation=activation, fast_accum=fast_accum, top_k=STATE.top_k, num_sms=num_sms(device))
+
+    return offer_or_reason(what, check)
+
+
 def autotuning() -> bool:
     from torch._inductor import config
 
@@ -178,7 +194,7 @@ def _fast_accum(kwarg_overrides) -> Optional[bool]:
     return None
 
 
-def _is_vector_bias(inp, m, n, sizes: Sizes) -> bool:
+def _is_vector_bias(inp, sizes: Sizes) -> bool:
     size, stride = inp.get_size(), inp.get_stride()
     if len(size) == 1:
         return True
@@ -205,7 +221,7 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
         alpha, beta = kernel_inputs.get_scalar("alpha"), kernel_inputs.get_scalar("beta")
         if alpha != 1:
             kwargs["alpha"] = float(alpha)
-        if _is_vector_bias(inp, a.get_size()[0], b.get_size()[1], sizes) and beta == 1:
+        if _is_vector_bias(inp, sizes) and beta == 1:
             bias = inp
         else:
             residual = inp
@@ -231,16 +247,8 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
         kwargs["out_dtype"] = out_dtype
     kind = (scale_a is not None, bias is not None, residual is not None)
     what = f"{op_name} {[list(x.get_size()) for x in nodes]} {[str(x.get_dtype()) for x in nodes]}"
-
-    def check() -> Offer:
-        arch = device_arch(device)
-        opt = (lambda x: operand_from_ir(x) if x is not None else None)
-        return check_gemm(operand_from_ir(a), operand_from_ir(b), arch=arch, sizes=sizes,
-                          out_dtype=dtype_name(out_dtype), bias=opt(bias), residual=opt(residual),
-                          scale_a=opt(scale_a), scale_b=opt(scale_b), fast_accum=fast_accum, top_k=STATE.top_k,
-                          num_sms=num_sms(device))
-
-    offer = offer_or_reason(what, check)
+    tensors = dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias, residual=residual)
+    offer = offer_for(what, tensors, operand_from_ir, device, sizes, out_dtype=out_dtype, fast_accum=fast_accum)
     if isinstance(offer, str):
         return []
     dkey = decisions.key(op_name, offer, decisions.device_name(device))

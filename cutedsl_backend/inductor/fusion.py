@@ -27,8 +27,8 @@ from torch.fx import Graph, Node
 
 from ..epilogue import ACTIVATION_NAMES, torch_activation
 from . import decisions, ops
-from .choices import autotuning, device_arch
-from .eligibility import Sizes, check_gemm, num_sms, offer_or_reason, operand_from_fake
+from .choices import autotuning, offer_for
+from .eligibility import Sizes, operand_from_fake
 from .state import STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
@@ -322,22 +322,14 @@ def _fused_kwargs(chain: Chain) -> dict:
 def _offer(chain: Chain):
     """The lowering's offer for the fused op (the same rules, on the graph's fake tensors), or
     None when the chain is not eligible."""
-    a = _val(chain.a)
-
-    def check():
-        opt = (lambda n: operand_from_fake(_val(n)) if n is not None else None)
-        residual = _val(chain.residual)
-        res = None
-        if residual is not None:
-            res = operand_from_fake(residual if chain.view is None else residual.reshape(-1, residual.shape[-1]))
-        return check_gemm(opt(chain.a), opt(chain.b), arch=device_arch(a.device), sizes=Sizes(),
-                          out_dtype=str(chain.out_dtype).replace("torch.", "") if chain.out_dtype else None,
-                          bias=opt(chain.bias), residual=res, scale_a=opt(chain.scale_a), scale_b=opt(chain.scale_b),
-                          activation=chain.activation, fast_accum=chain.fast_accum, top_k=STATE.top_k,
-                          num_sms=num_sms(a.device))
-
+    residual = _val(chain.residual)
+    if residual is not None and chain.view is not None:  # the op takes it folded to (M, N)
+        residual = residual.reshape(-1, residual.shape[-1])
+    tensors = dict(a=_val(chain.a), b=_val(chain.b), scale_a=_val(chain.scale_a), scale_b=_val(chain.scale_b),
+                   bias=_val(chain.bias), residual=residual)
     what = f"fused {chain.gemm.target} + {[n.target for n in chain.nodes[1:]]}"
-    offer = offer_or_reason(what, check)
+    offer = offer_for(what, tensors, operand_from_fake, tensors["a"].device, Sizes(), out_dtype=chain.out_dtype,
+                      activation=chain.activation, fast_accum=chain.fast_accum)
     return None if isinstance(offer, str) else offer
 
 

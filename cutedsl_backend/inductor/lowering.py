@@ -24,10 +24,9 @@ import logging
 
 import torch
 
-from ..problem import dtype_name
 from . import decisions, ops
-from .choices import autotuning, bind, device_arch, suppress
-from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
+from .choices import autotuning, bind, offer_for, suppress
+from .eligibility import Sizes, operand_from_ir
 from .state import STATE
 
 log = logging.getLogger("cutedsl_backend.inductor")
@@ -87,19 +86,10 @@ def _lower(kind: tuple, *args, **kwargs):
             pass
     name = f"cutedsl_fused_{ops.op_name(*kind)}"
     sizes = Sizes(V.graph.sizevars)
-    named = dict(zip(ops.tensor_names(*kind), inputs))
-    out_dtype = kwargs.get("out_dtype")
     device = inputs[0].get_device()
-
-    def check() -> Offer:
-        opt = (lambda k: operand_from_ir(named[k]) if k in named else None)
-        return check_gemm(operand_from_ir(named["a"]), operand_from_ir(named["b"]), arch=device_arch(device),
-                          sizes=sizes, out_dtype=dtype_name(out_dtype) if out_dtype is not None else None,
-                          bias=opt("bias"), residual=opt("residual"), scale_a=opt("scale_a"), scale_b=opt("scale_b"),
-                          activation=kwargs.get("activation"), fast_accum=bool(kwargs.get("fast_accum")),
-                          top_k=STATE.top_k, num_sms=num_sms(device))
-
-    offer = offer_or_reason(f"{name} {[list(x.get_size()) for x in inputs]}", check)
+    offer = offer_for(f"{name} {[list(x.get_size()) for x in inputs]}", dict(zip(ops.tensor_names(*kind), inputs)),
+                      operand_from_ir, device, sizes, out_dtype=kwargs.get("out_dtype"),
+                      activation=kwargs.get("activation"), fast_accum=bool(kwargs.get("fast_accum")))
     reference = functools.partial(_reference_fn, kind, dict(kwargs))
     if isinstance(offer, str):
         return _inline(reference, args, name)

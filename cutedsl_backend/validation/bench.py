@@ -21,30 +21,18 @@ def precompile(pairs: list, workers: Optional[int] = None) -> list:
     from ..compiler import _WorkerPool, cache_dir, get_kernel
 
     workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
-    if workers == 1 or len(pairs) == 1:
-        jobs = [(p[1], _in_process(get_kernel, p)) for p in pairs]
-    else:
+    futures = None
+    if workers > 1 and len(pairs) > 1:
         pool = _WorkerPool(workers)
-        jobs = [(p[1], pool.submit(p[0], p[1], p[2] if len(p) > 2 else None, str(cache_dir()))) for p in pairs]
+        futures = [pool.submit(p[0], p[1], p[2] if len(p) > 2 else None, str(cache_dir())) for p in pairs]
     out = []
-    for cfg, fut in jobs:
+    for i, p in enumerate(pairs):
         try:
-            out.append((cfg.name, fut.result()[1], None))
+            seconds = futures[i].result()[1] if futures else get_kernel(*p).compile_seconds
+            out.append((p[1].name, seconds, None))
         except Exception as e:  # reported by the caller
-            out.append((cfg.name, 0.0, f"{type(e).__name__}: {e}"))
+            out.append((p[1].name, 0.0, f"{type(e).__name__}: {e}"))
     return out
-
-
-def _in_process(get_kernel, pair):
-    from concurrent.futures import Future
-
-    fut: Future = Future()
-    try:
-        k = get_kernel(*pair)
-        fut.set_result((k.key, k.compile_seconds, k.cache_hit))
-    except Exception as e:
-        fut.set_exception(e)
-    return fut
 
 
 def _median_ms(fn, warmup=50, rep=300) -> float:
