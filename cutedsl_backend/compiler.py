@@ -326,7 +326,8 @@ def _cutlass_dtype(name: str):
 def _fake_args(problem: GemmProblem, epilogue) -> tuple:
     """Fake arguments of the kernel's host function: A (M,K,L), B (N,K,L), C (M,N,L) with dynamic
     extents and dynamic 16B-aligned strides; the epilogue's vectors (dynamic length, unit stride)
-    and residual (M,N,L, any strides) where the spec has them, else None."""
+    and residual (M,N,L: unit stride along N, other strides any, or 16-byte aligned when the spec
+    says so) where the spec has them, else None."""
     import cutlass.cute as cute
     from cutlass import Float32
     from cutlass.cute.runtime import make_fake_tensor
@@ -357,8 +358,11 @@ def _fake_args(problem: GemmProblem, epilogue) -> tuple:
     if e.residual:
         # unit stride along N (the eager API copies other layouts); rows and batches any stride
         res_t = _cutlass_dtype(e.residual_dtype)
-        res = make_fake_tensor(res_t, (m, n, l), (cute.sym_int64(), 1, cute.sym_int64()),
-                               assumed_align=res_t.width // 8)
+        if e.residual_tma:  # 16-byte aligned rows, batches and data: loadable by TMA
+            res = make_fake_tensor(res_t, (m, n, l), strides(False, 128 // res_t.width), assumed_align=16)
+        else:
+            res = make_fake_tensor(res_t, (m, n, l), (cute.sym_int64(), 1, cute.sym_int64()),
+                                   assumed_align=res_t.width // 8)
     return a, b, c, bias, sa, sb, res, Float32(1.0), Float32(0.0)
 
 

@@ -23,6 +23,11 @@ SMEM_RESERVED = 1024
 EPI_STAGES = 4
 # Epilogue sub-tile width (columns of the CTA tile stored per step).
 EPI_TILE_N = 32
+# Residual sub-tiles in flight per epilogue warp group when TMA loads them (sm90a): the next
+# ones load while the current one is applied. Four: the cooperative epilogue is not overlapped
+# with a mainloop, so its loads need the slack; on the 128x256 cooperative and 128x128 ping-pong
+# bf16 tiles four cost no more A/B stages than two.
+RES_STAGES = 4
 # Accumulator registers a thread may hold before the kernel spills (fp32 accumulators).
 MAX_ACC_REGS_PER_THREAD = 128
 # precise fp8 holds the accumulator three times (the running fp32 sum and two k-tile partials
@@ -137,7 +142,10 @@ def epilogue_smem_bytes(cfg: GemmConfig, problem: GemmProblem, epilogue=None) ->
     stages, per epilogue group."""
     em, en = epilogue_tile(cfg)
     vectors = epilogue.staged_vector_bytes(cfg.tile_m // ctas_per_mma(cfg), cfg.tile_n) if epilogue else 0
-    return (em * en * dtype_bits(problem.out_dtype) // 8 * EPI_STAGES + vectors) * epilogue_groups(cfg)
+    residual = 0
+    if epilogue is not None and epilogue.residual_tma and cfg.arch == "sm90a":
+        residual = em * en * dtype_bits(epilogue.residual_dtype) // 8 * RES_STAGES
+    return (em * en * dtype_bits(problem.out_dtype) // 8 * EPI_STAGES + vectors + residual) * epilogue_groups(cfg)
 
 
 def max_stages(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:

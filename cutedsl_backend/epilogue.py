@@ -26,6 +26,10 @@ class EpilogueSpec:
     bias_dtype: str = "float32"
     residual: bool = False
     residual_dtype: str = "float32"
+    # the residual's data pointer, row stride and batch stride are 16-byte aligned (a batch stride
+    # of 0, a broadcast, is not): kernels may then load it tile by tile with TMA (sm90a does)
+    # instead of gathering it element by element
+    residual_aligned: bool = False
     scale_a: Optional[str] = None
     scale_b: Optional[str] = None
 
@@ -42,7 +46,8 @@ class EpilogueSpec:
 
     def key(self) -> tuple:
         return ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,
-                self.residual, self.residual_dtype if self.residual else None, self.scale_a, self.scale_b)
+                self.residual, self.residual_dtype if self.residual else None,
+                bool(self.residual and self.residual_aligned), self.scale_a, self.scale_b)
 
     @property
     def is_identity(self) -> bool:
@@ -51,6 +56,11 @@ class EpilogueSpec:
     @property
     def needs_coords(self) -> bool:
         return bool(self.bias or self.residual or self.scale_a or self.scale_b)
+
+    @property
+    def residual_tma(self) -> bool:
+        """The residual is loaded by TMA into shared memory (sm90a kernels; see residual_aligned)."""
+        return self.residual and self.residual_aligned
 
     def staged_vectors(self, tile_m: int, tile_n: int) -> tuple:
         """The per-tile vectors a kernel stages in shared memory ahead of its epilogue:
@@ -83,6 +93,12 @@ class EpilogueSpec:
         return "+".join(parts)
 
 
+def residual_aligned(res_mnl, batch: int) -> bool:
+    """Whether a residual view (M, N, L) (torch, unit stride along N) meets ``residual_aligned``."""
+    size = res_mnl.element_size()
+    sm, _, sl = res_mnl.stride()
+    return (res_mnl.data_ptr() % 16 == 0 and (sm * size) % 16 == 0
+            and (batch == 1 or (sl != 0 and (sl * size) % 16 == 0)))
 
 
 def torch_activation(name: Optional[str]):

@@ -160,7 +160,7 @@ class _Epilogue:
     reads (a 1-D unit-stride vector, or the (M, N, L) residual view)."""
 
     def __init__(self, problem: GemmProblem, device, bias, residual, activation, scale_a, scale_b):
-        from .epilogue import EpilogueSpec
+        from .epilogue import EpilogueSpec, residual_aligned
 
         m, n, L = problem.m, problem.n, problem.batch
         out_ok = (problem.out_dtype, "float32")
@@ -192,9 +192,10 @@ class _Epilogue:
                 _check_unit_vector(what, t)
         self.bias, self.scale_a, self.scale_b, self.residual = _epilogue_views(
             bias, residual, scale_a, scale_b, problem)
+        aligned = self.residual is not None and residual_aligned(self.residual, L)
         self.spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias_dtype or "float32",
                                  residual=residual is not None, residual_dtype=res_dtype or "float32",
-                                 scale_a=sa_kind, scale_b=sb_kind)
+                                 residual_aligned=aligned, scale_a=sa_kind, scale_b=sb_kind)
 
     def tensors(self) -> tuple:
         return (self.bias, self.scale_a, self.scale_b, self.residual)
@@ -244,7 +245,9 @@ def _epilogue_key(bias, residual, activation, scale_a, scale_b):
     def geo(t):
         return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
-    return (geo(bias), geo(residual), activation, geo(scale_a), geo(scale_b))
+    # the residual's data alignment picks the kernel variant (TMA-loaded or gathered)
+    res_key = None if residual is None else (geo(residual), residual.data_ptr() % 16 == 0)
+    return (geo(bias), res_key, activation, geo(scale_a), geo(scale_b))
 
 
 class _Plan:
@@ -387,6 +390,10 @@ def _residual_view(residual):
     """(L, M, N) -> the (M, N, L) view the kernel reads: unit stride along N (else a copy)."""
     if residual.stride(2) != 1 and residual.shape[2] > 1:
         residual = residual.contiguous()
+    if residual.shape[0] == 1 and residual.stride(0) != residual.shape[1] * residual.stride(1):
+        # one batch: its stride is never used; make it the aligned one TMA's descriptor checks
+        residual = residual.as_strided(residual.shape, (residual.shape[1] * residual.stride(1),
+                                                        residual.stride(1), residual.stride(2)))
     return residual.permute(1, 2, 0)
 
 
@@ -414,7 +421,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     - layouts: each operand row- or column-major in its last two dims (any strides otherwise);
       every non-unit stride and the data pointers 16-byte aligned. The output is row-major.
     - ``bias``: (N,) per output column or (M, 1) per row, contiguous, dtype the output dtype or
-      float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32.
+      float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32;
+      with 16-byte aligned data, rows and batches it is loaded by TMA, otherwise gathered (slower).
     - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
       torch.nn.functional. ``alpha``, ``beta``: Python floats.
     - device: CUDA tensors on an sm90 (Hopper) GPU.

@@ -195,6 +195,7 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     check_problem(problem)
     out_ok = (od, "float32")
     bias_kind = res_dtype = None
+    res_aligned = False
     if bias is not None:
         bias_kind = _bias_kind(bias, m, n, sizes)
         if bias.dtype not in out_ok:
@@ -208,15 +209,30 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
         if residual.dtype not in out_ok:
             raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
         res_dtype = residual.dtype
+        res_aligned = _residual_aligned(residual, a.dim, sizes)
     sa = _scale_kind(scale_a, "row", sizes, "scale_a") if scale_a is not None else None
     sb = _scale_kind(scale_b, "col", sizes, "scale_b") if scale_b is not None else None
     spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias.dtype if bias else "float32",
-                        residual=residual is not None, residual_dtype=res_dtype or "float32", scale_a=sa,
+                        residual=residual is not None, residual_dtype=res_dtype or "float32",
+                        residual_aligned=res_aligned, scale_a=sa,
                         scale_b=sb)
     configs = diverse(rank_configs(problem, num_sms=num_sms, epilogue=spec), top_k)
     if not configs:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     return Offer(problem, spec, tuple(configs))
+
+
+def _residual_aligned(residual: Operand, gemm_dim: int, sizes: Sizes) -> bool:
+    """EpilogueSpec.residual_aligned, statically: 16-byte aligned offset, rows and (a residual with
+    its own batches) batches; a 2-D residual under a batched GEMM is broadcast (not aligned). The
+    op re-checks the tensors it gets at run time (a mismatch costs a compile, never a wrong result)."""
+    size = dtype_bits(residual.dtype) // 8
+    elems = 16 // size
+    if residual.dim == 2 and gemm_dim == 3:
+        return False
+    strides = [residual.stride[-2]] + ([residual.stride[0]] if residual.dim == 3 else [])
+    return (sizes.multiple_of(residual.offset, elems) and all(sizes.multiple_of(s, elems) for s in strides)
+            and not (residual.dim == 3 and sizes.equals(residual.stride[0], 0)))
 
 
 def diverse(ranked: list, k: int) -> list:

@@ -5,7 +5,9 @@ Warp groups of one CTA (384 threads):
     ``stages``-deep shared-memory ring (multicast across the cluster), for every tile the
     CTA owns, in order.
   - WG1 and WG2, the math groups: WGMMA from shared memory into fp32 register accumulators,
-    then the epilogue (registers -> shared memory -> TMA store, clipped at the M/N edges).
+    then the epilogue (registers -> shared memory -> TMA store, clipped at the M/N edges). An
+    aligned residual arrives by TMA too, RES_STAGES epilogue sub-tiles ahead of its use (the first
+    ones requested when the tile's mainloop starts) and is read from shared memory with ldmatrix.
     * cooperative: both groups work on the same tile, each on half of its rows;
     * pingpong: the groups take alternate tiles, so one group's epilogue overlaps the other's
       mainloop; each skips the ring stages that belong to the other's tiles.
@@ -17,6 +19,7 @@ products) and clips out-of-bounds stores, so any M, N, K is exact; the host rule
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import cuda.bindings.driver as cuda
@@ -33,7 +36,7 @@ try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
 except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
-from ..configs import EPI_STAGES, GemmConfig, epilogue_groups, epilogue_tile
+from ..configs import EPI_STAGES, RES_STAGES, GemmConfig, epilogue_groups, epilogue_tile
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -130,27 +133,34 @@ class Sm90Gemm:
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
             cute.slice_(c_smem_staged, (None, None, 0)), self.epi_tile)
 
+        tma_res = tma_tensor_res = res_smem_staged = None
+        self.res_dtype = self.c_dtype
+        if cutlass.const_expr(self.epilogue.residual_tma):
+            self.res_dtype = mRes.element_type
+            self.res_layout = LayoutEnum.from_tensor(mRes)
+            res_smem_staged = sm90_utils.make_smem_layout_epi(
+                self.res_dtype, self.res_layout, self.epi_tile, RES_STAGES * self.epi_groups)
+            tma_res, tma_tensor_res = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mRes,
+                cute.slice_(res_smem_staged, (None, None, 0)), self.epi_tile)
+
         grid = TileGrid(mC, self.cfg.tile_m, self.cfg)
 
         # per-tile epilogue vectors, one buffer per epilogue group (fits in the barriers' 1 KB block)
         self.vec_elems = self.epilogue.staged_vector_bytes(self.cfg.tile_m, self.cfg.tile_n) // 4
         vec_total = max(1, self.vec_elems * self.epi_groups)
 
-        @cute.struct
-        class SharedStorage:
-            ab_barriers: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
-            s_vec: cute.struct.Align[cute.struct.MemRange[Float32, vec_total], 16]
-            sA: cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)], 1024]
-
-        self.shared_storage = SharedStorage
+        self.shared_storage = _shared_storage(
+            self.ab_stage, vec_total, (self.a_dtype, cute.cosize(a_smem_staged)),
+            (self.b_dtype, cute.cosize(b_smem_staged)), (self.c_dtype, cute.cosize(c_smem_staged)),
+            (self.res_dtype, cute.cosize(res_smem_staged)) if self.epilogue.residual_tma else None,
+            RES_STAGES * self.epi_groups)
 
         self.kernel(
             tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, self.tiled_mma,
             a_smem_staged, b_smem_staged, c_smem_staged,
             grid.clusters_m, grid.clusters_n, grid.total(),
-            mBias, mScaleA, mScaleB, mRes, alpha, beta,
+            mBias, mScaleA, mScaleB, mRes, alpha, beta, tma_res, tma_tensor_res, res_smem_staged,
         ).launch(
             grid=grid.launch_grid(max_clusters),
             block=[self.threads_per_cta, 1, 1],
@@ -175,7 +185,8 @@ class Sm90Gemm:
                clusters_m: Int32, clusters_n: Int32, total_clusters: Int32,
                mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-               alpha: Float32, beta: Float32):
+               alpha: Float32, beta: Float32, tma_res: Optional[cute.CopyAtom],
+               mRes_tma: Optional[cute.Tensor], res_smem_staged: Optional[cute.ComposedLayout]):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
@@ -186,6 +197,8 @@ class Sm90Gemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+            if cutlass.const_expr(self.epilogue.residual_tma):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_res)
 
         cta_layout_mnk = cute.make_layout((self.cfg.cluster_m, self.cfg.cluster_n, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
@@ -214,6 +227,16 @@ class Sm90Gemm:
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
             defer_sync=True,
         )
+        res_bars = None
+        if cutlass.const_expr(self.epilogue.residual_tma):
+            # one "full" barrier per residual buffer; the group that reads a buffer also refills
+            # it, after a barrier over its threads, so no "empty" barrier is needed
+            res_bars = storage.res_barriers.data_ptr()
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    for i in range(RES_STAGES * self.epi_groups):
+                        cute.arch.mbarrier_init(res_bars + i, 1)
+                cute.arch.mbarrier_init_fence()
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -290,14 +313,13 @@ class Sm90Gemm:
                 num_stages=self.epi_stage,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
             )
+            tiled_copy_c_atom = cute.make_tiled_copy_C_atom(
+                cute.make_copy_atom(
+                    cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4),
+                    cutlass.Float16 if cutlass.const_expr(self.c_dtype.width == 32) else self.c_dtype),
+                tiled_mma)
             tiled_copy_r2s = cute.make_tiled_copy_S(
-                sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype),
-                cute.make_tiled_copy_C_atom(
-                    cute.make_copy_atom(
-                        cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4),
-                        cutlass.Float16 if cutlass.const_expr(self.c_dtype.width == 32) else self.c_dtype),
-                    tiled_mma),
-            )
+                sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype), tiled_copy_c_atom)
             thr_r2s = tiled_copy_r2s.get_slice(epi_thread)
             tRS_sC = thr_r2s.partition_D(sC)
             tRS_acc = tiled_copy_r2s.retile(acc)
@@ -316,6 +338,13 @@ class Sm90Gemm:
             epi_ops = epi.EpilogueOperands(self.epilogue, epi_args, self.cfg.tile_m, self.cfg.tile_n,
                                            self.epi_threads, s_vec)
             tile_coord = lambda e: (lambda v: tRS_coord[e * frag_size + v])  # noqa: E731
+            res_tma = None
+            if cutlass.const_expr(self.epilogue.residual_tma):
+                sRes = storage.sRes.get_tensor(res_smem_staged.outer, swizzle=res_smem_staged.inner)
+                res_tma = _residual_tma(
+                    tma_res, mRes_tma, sRes, res_bars, self.res_dtype, self.res_layout, tiled_copy_c_atom,
+                    epi_thread, frag_shape, (self.cfg.tile_m, self.cfg.tile_n), self.epi_tile,
+                    0 if cutlass.const_expr(self.cooperative) else math_wg * RES_STAGES)
 
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
             release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -343,6 +372,12 @@ class Sm90Gemm:
                 # epilogue operands requested now, used after the mainloop (their latency hides)
                 tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_thread)
                 tile_ops.prefetch_residual_l2(epi_thread)
+                if cutlass.const_expr(res_tma is not None):
+                    # the first residual sub-tiles load while the mainloop runs
+                    res_tiles = res_tma.tile(tile_m, tile_n, l)
+                    if is_store_warp:
+                        for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
+                            res_tma.issue(res_tiles, e, epi_count + e)
 
                 # ---- mainloop
                 if cutlass.const_expr(not self.cooperative):
@@ -403,11 +438,15 @@ class Sm90Gemm:
                 if cutlass.const_expr(epi_ops.staged):
                     tile_ops.stage()
                     epi_sync.arrive_and_wait()
-                # the residual is gathered one sub-tile ahead of its use
-                res_next = tile_ops.gather_residual(frag_shape, tile_coord(0))
+                # a gathered residual is read one sub-tile ahead of its use
+                res_next = None
+                if cutlass.const_expr(res_tma is None):
+                    res_next = tile_ops.gather_residual(frag_shape, tile_coord(0))
                 for e in cutlass.range_constexpr(epi_tiles):
                     res_cur = res_next
-                    if cutlass.const_expr(e + 1 < epi_tiles):
+                    if cutlass.const_expr(res_tma is not None):
+                        res_cur = res_tma.read(epi_count)
+                    elif cutlass.const_expr(e + 1 < epi_tiles):
                         res_next = tile_ops.gather_residual(frag_shape, tile_coord(e + 1))
                     for v in cutlass.range_constexpr(frag_size):
                         tRS_frag[v] = tRS_acc[e * frag_size + v]
@@ -419,6 +458,9 @@ class Sm90Gemm:
                     if is_store_warp:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
                         store_pipeline.producer_commit()
+                        if cutlass.const_expr(res_tma is not None and e + RES_STAGES < epi_tiles):
+                            # every thread has read this sub-tile's residual buffer: refill it
+                            res_tma.issue(res_tiles, e + RES_STAGES, epi_count + RES_STAGES)
                         store_pipeline.producer_acquire()
                     epi_sync.arrive_and_wait()
                     epi_count += 1
@@ -432,3 +474,91 @@ class Sm90Gemm:
                 idx += tiles_stride * num_persistent
             if is_store_warp:
                 store_pipeline.producer_tail()
+
+
+def _shared_storage(ab_stages: int, vec_elems: int, a, b, c, res, res_buffers: int):
+    """The kernel's shared-memory struct: (dtype, elements) of the A, B, output and (None without
+    a TMA-loaded residual) residual buffers. Built from a field table (this module's annotations
+    are strings, so a class body here could not see the arguments)."""
+    mem, align = cute.struct.MemRange, cute.struct.Align
+    fields = {"ab_barriers": mem[cutlass.Int64, ab_stages * 2]}
+    if res is not None:
+        fields["res_barriers"] = mem[cutlass.Int64, res_buffers]
+    fields["s_vec"] = align[mem[Float32, vec_elems], 16]
+    for name, (dtype, elems) in (("sA", a), ("sB", b), ("sC", c)) + ((("sRes", res),) if res else ()):
+        fields[name] = align[mem[dtype, elems], 1024]
+    return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+
+
+def _smem_load_atom(layout, dtype):
+    """ldmatrix for 16-bit data (transposed for an M-major buffer), else plain loads."""
+    if dtype.width == 16:
+        return cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(layout.is_m_major_c(), 4), dtype)
+    return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype)
+
+
+def _residual_tma(tma, m_res, s_res, bars, dtype, layout, tiled_copy_c_atom, thread, frag_shape, tile_mn,
+                  epi_tile, first_buffer) -> "_ResidualTma":
+    s2r = cute.make_tiled_copy_S(_smem_load_atom(layout, dtype), tiled_copy_c_atom)
+    thr = s2r.get_slice(thread)
+    regs = cute.make_rmem_tensor(frag_shape, dtype)
+    return _ResidualTma(
+        tma=tma, s_res=s_res, bars=bars, epi_tile=epi_tile, first=first_buffer, s2r=s2r,
+        bytes=cute.size_in_bytes(dtype, cute.slice_(s_res, (None, None, 0))),
+        tSR_s=thr.partition_S(s_res), regs=regs, tSR_r=s2r.retile(regs), frag_shape=frag_shape,
+        sub_tiles=(tile_mn[0] // epi_tile[0]) * (tile_mn[1] // epi_tile[1]),
+        g_res=cute.local_tile(m_res, tile_mn, (None, None, None)))
+
+
+@dataclass(frozen=True)
+class _ResidualTma:
+    """One epilogue group's TMA-loaded residual (trace-time helper; frozen, as the DSL would carry
+    a mutable object through dynamic loops): RES_STAGES shared-memory buffers of one epilogue
+    sub-tile each, starting at buffer ``first``; sub-tile number ``count`` (the group's running
+    sub-tile count) lives in buffer ``count % RES_STAGES``, its barrier phase is
+    ``(count // RES_STAGES) % 2``. Read in the same thread-value order as the output fragment (the
+    store's tiled copy with an ldmatrix atom), so ``read`` pairs the residual with the
+    accumulators element by element."""
+
+    tma: object
+    s_res: object
+    bars: object
+    epi_tile: tuple
+    first: object
+    s2r: object
+    bytes: int
+    tSR_s: object
+    regs: object
+    tSR_r: object
+    frag_shape: object
+    sub_tiles: int
+    g_res: object
+
+    def tile(self, tile_m, tile_n, batch):
+        """The TMA views of one output tile's residual, split into epilogue sub-tiles."""
+        g_tile = cute.zipped_divide(self.g_res[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+        s_part, g_part = cute.nvgpu.cpasync.tma_partition(
+            self.tma, 0, cute.make_layout(1), cute.group_modes(self.s_res, 0, 2), g_tile)
+        grid = g_tile.shape[1]
+        return s_part, g_part, cute.make_layout(grid, stride=(grid[1], 1))
+
+    def issue(self, tiles, e: int, count):
+        """Load sub-tile ``e`` (the same order as the output's sub-tiles) as number ``count``
+        (called by one warp)."""
+        s_part, g_part, order = tiles
+        slot = count % RES_STAGES
+        bar = self.bars + self.first + slot
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bytes)
+        cute.copy(self.tma, g_part[(None, order.get_hier_coord(e))], s_part[(None, self.first + slot)],
+                  tma_bar_ptr=bar)
+
+    def read(self, count):
+        """Sub-tile number ``count`` as an fp32 fragment of the output fragment's shape (waits
+        for its load)."""
+        slot = count % RES_STAGES
+        cute.arch.mbarrier_wait(self.bars + self.first + slot, (count // RES_STAGES) % 2)
+        cute.copy(self.s2r, self.tSR_s[(None, None, None, self.first + slot)], self.tSR_r)
+        out = cute.make_rmem_tensor(self.frag_shape, Float32)
+        out.store(self.regs.load().to(Float32))
+        return out

@@ -212,7 +212,7 @@ def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=
         "bias+gelu_tanh": (EpilogueSpec("gelu_tanh", bias="col", bias_dtype=dtype),
                            dict(bias=bias, activation="gelu_tanh")),
         "bias+silu": (EpilogueSpec("silu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="silu")),
-        "residual": (EpilogueSpec(residual=True, residual_dtype=dtype), dict(residual=res)),
+        "residual": (EpilogueSpec(residual=True, residual_dtype=dtype, residual_aligned=True), dict(residual=res)),
     }
     peers = {"cublas": lambda: torch.matmul(a, b),
              "cublaslt_bias_relu": lambda: torch._addmm_activation(bias, a, b, use_gelu=False),

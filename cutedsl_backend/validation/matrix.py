@@ -23,7 +23,9 @@ EPILOGUES = {
     "bias+relu": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="relu"),
     "bias+gelu_tanh": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="gelu_tanh"),
     "bias+silu": lambda od: EpilogueSpec(bias="col", bias_dtype=od, activation="silu"),
-    "residual+alpha/beta": lambda od: EpilogueSpec(residual=True, residual_dtype=od),
+    # an aligned residual (TMA-loaded on sm90a) and a misaligned one (gathered)
+    "residual+alpha/beta": lambda od: EpilogueSpec(residual=True, residual_dtype=od, residual_aligned=True),
+    "residual-misaligned": lambda od: EpilogueSpec(residual=True, residual_dtype=od),
     # fp8 (scaled_mm) cells
     "tensorwise-scales": lambda od: EpilogueSpec(scale_a="scalar", scale_b="scalar"),
     "rowwise-scales": lambda od: EpilogueSpec(scale_a="row", scale_b="col"),

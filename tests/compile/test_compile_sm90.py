@@ -118,3 +118,21 @@ def test_transcendental_activations_use_the_fast_tanh_and_relu_adds_no_compare()
     relu = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, use_cache=False,
                            epilogue=EpilogueSpec("relu")).sass()
     assert relu.count("FSETP") == bare.count("FSETP")  # NaN-keeping relu without a compare per element
+
+
+@pytest.mark.parametrize("cfg", [quick_configs("sm90a")[0], quick_configs("sm90a")[3]], ids=lambda c: c.name)
+@pytest.mark.parametrize("res_dtype", ["bfloat16", "float32"])
+def test_aligned_residual_arrives_by_tma_and_a_misaligned_one_is_gathered(cfg, res_dtype):
+    """The aligned variant adds the residual's TMA loads (one load site per ring refill point)
+    and reads it back with ldmatrix for 16-bit data; the gathered variant has neither."""
+    import cutedsl_backend as cb
+
+    def build(aligned):
+        spec = EpilogueSpec(residual=True, residual_dtype=res_dtype, residual_aligned=aligned)
+        return cb.compile_gemm(1000, 2056, 776, dtype="bfloat16", config=cfg, use_cache=False, epilogue=spec)
+
+    tma, gathered = build(True), build(False)
+    assert tma.sass_counts()["UTMALDG"] > gathered.sass_counts()["UTMALDG"]
+    assert not tma.resources.spills
+    if res_dtype == "bfloat16":
+        assert "LDSM" in tma.sass() and "LDSM" not in gathered.sass()

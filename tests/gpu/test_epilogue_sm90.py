@@ -54,6 +54,24 @@ def test_row_bias_residual_alpha_beta(cfg, dtype):
     check(out, ref, 264)
 
 
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("res_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
+def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
+    """An aligned residual is TMA-loaded, a misaligned one (data one element in) gathered; both
+    exact over tails, batches and many tiles per CTA."""
+    from cutedsl_backend.ops import _prepare
+
+    a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=4)
+    wide = torch.randn(2, 1000, 2056 + 8, device="cuda", generator=g).to(getattr(torch, res_dtype))
+    res = wide[..., :2056].contiguous() if aligned else wide[..., 1:2057]
+    out = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, residual=res, alpha=0.5, beta=2.0, config=cfg, out=out)
+    check(out, reference(a.double() @ b.double(), residual=res.double(), alpha=0.5, beta=2.0), 776)
+    problem, *_ = _prepare(a, b, None, None)
+    assert cb.ops._Epilogue(problem, a.device, None, res, None, None, None).spec.residual_tma == aligned
+
+
 def test_residual_broadcast_strided_and_fp32_output():
     a, b, g = operands(3, 200, 392, 520, torch.bfloat16, seed=2)
     res2d = torch.randn(392, 200, device="cuda", generator=g).t()  # fp32, N not contiguous: copied

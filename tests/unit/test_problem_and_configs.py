@@ -181,3 +181,33 @@ def test_config_names_round_trip():
             assert GemmConfig.from_name(cfg.name) == cfg
     with pytest.raises(UnsupportedGemmError, match="config name"):
         GemmConfig.from_name("sm90a_cooperative_128x256")
+
+
+def test_tma_residual_buffers_count_against_shared_memory_on_sm90_only():
+    from cutedsl_backend.configs import RES_STAGES, epilogue_smem_bytes
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    p = GemmProblem(4096, 4096, 4096)
+    gathered = EpilogueSpec(residual=True, residual_dtype="bfloat16")
+    tma = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True)
+    assert tma.residual_tma and not gathered.residual_tma and tma.key() != gathered.key()
+    pp = GemmConfig(128, 128, schedule="pingpong")  # two groups of 64x32 sub-tiles
+    assert epilogue_smem_bytes(pp, p, tma) - epilogue_smem_bytes(pp, p, gathered) == 2 * RES_STAGES * 64 * 32 * 2
+    coop = GemmConfig(128, 256)  # one group of 128x32 sub-tiles
+    assert epilogue_smem_bytes(coop, p, tma) - epilogue_smem_bytes(coop, p, gathered) == RES_STAGES * 128 * 32 * 2
+    b = GemmProblem(4096, 4096, 4096, arch="sm100a")
+    c100 = GemmConfig(128, 128, arch="sm100a")
+    assert epilogue_smem_bytes(c100, b, tma) == epilogue_smem_bytes(c100, b, gathered)
+
+
+def test_residual_alignment_rule():
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend.epilogue import residual_aligned
+
+    base = torch.empty(2, 64, 136, dtype=torch.bfloat16)
+    view = lambda t: t.permute(1, 2, 0)  # noqa: E731  (L, M, N) -> (M, N, L)
+    assert residual_aligned(view(base[..., :128]), 2)  # rows of 272 bytes, batches aligned
+    assert not residual_aligned(view(base[..., 1:129]), 2)  # data one element in
+    assert not residual_aligned(view(torch.empty(2, 64, 132, dtype=torch.bfloat16)[..., :128]), 2)  # 264 B rows
+    bcast = torch.empty(64, 128, dtype=torch.bfloat16).unsqueeze(0).expand(2, 64, 128)
+    assert not residual_aligned(view(bcast), 2) and residual_aligned(view(bcast[:1]), 1)
