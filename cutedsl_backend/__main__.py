@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     se = sub.add_parser("sweep-epilogue", help="every fused variant on each candidate config (tuning)")
     se.add_argument("--shape", default="4096x14336x4096")
     se.add_argument("--dtype", default="bfloat16")
+    se.add_argument("--variants", help="comma-separated subset of bare,bias+relu,bias+gelu_tanh,bias+silu,residual")
     se.add_argument("--json")
     sf = sub.add_parser("sweep-fp8", help="scaled_mm on every valid config, both scalings and modes (tuning)")
     sf.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
@@ -112,7 +113,8 @@ def main(argv=None) -> int:
 
         if args.cmd == "sweep-epilogue":
             m, n, k = (int(x) for x in args.shape.split("x"))
-            res = {args.shape: sweep_epilogue(m, n, k, args.dtype)}
+            only = args.variants.split(",") if args.variants else None
+            res = {args.shape: sweep_epilogue(m, n, k, args.dtype, only=only)}
         else:
             res = {"x".join(map(str, s)): sweep_fp8(*s) for s in _shapes(args.shapes)}
         if args.json:

@@ -12,7 +12,7 @@ step() { echo "=== $1"; shift; timeout "$@"; echo "=== rc=$?"; }
   for p in $parts; do case $p in
     tests) step "epilogue tests" 200 python3 -m pytest tests/gpu/test_epilogue_sm90.py tests/gpu/test_scaled_mm_sm90.py \
              -n 8 -q -rs -p no:cacheprovider ;;
-    sweep) step "sweep-epilogue" 240 python3 -m cutedsl_backend sweep-epilogue --json "$out/sweep-epilogue.json" ;;
+    sweep) step "sweep-epilogue" 200 python3 -m cutedsl_backend sweep-epilogue --variants "${SWEEP_VARIANTS:-bare,residual}" --json "$out/sweep-epilogue.json" ;;
     bench) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
     fp8) step "bench-fp8" 150 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
   esac; done

@@ -184,9 +184,10 @@ def _sweep_configs(problem, cfgs: list, variants: dict, call, peers: dict, log=p
     return out
 
 
-def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=print) -> dict:
-    """Every fused variant of bench_epilogues on each config (default: the heuristic's top 6 and
-    every valid ping-pong config), beside cuBLAS, cuBLASLt's fused bias+activation and eager."""
+def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=print, only=None) -> dict:
+    """Every fused variant of bench_epilogues (``only``: these names) on each config (default: the
+    heuristic's top 6 and every valid ping-pong config), beside cuBLAS, cuBLASLt's fused
+    bias+activation and eager."""
     import torch
     import torch.nn.functional as F
 
@@ -214,6 +215,11 @@ def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=
         "bias+silu": (EpilogueSpec("silu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="silu")),
         "residual": (EpilogueSpec(residual=True, residual_dtype=dtype, residual_aligned=True), dict(residual=res)),
     }
+    if only:
+        unknown = set(only) - set(variants)
+        if unknown:
+            raise ValueError(f"unknown variants {sorted(unknown)}: choose from {sorted(variants)}")
+        variants = {k: v for k, v in variants.items() if k in only}
     peers = {"cublas": lambda: torch.matmul(a, b),
              "cublaslt_bias_relu": lambda: torch._addmm_activation(bias, a, b, use_gelu=False),
              "cublaslt_bias_gelu_tanh": lambda: torch._addmm_activation(bias, a, b, use_gelu=True),
