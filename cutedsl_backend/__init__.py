@@ -6,11 +6,19 @@ Public API (the CuTe DSL and torch are imported on first use, not here):
 
 from __future__ import annotations
 
+import sys
+
 from .configs import GemmConfig
 from .epilogue import EpilogueSpec
 from .problem import UnsupportedGemmError
 
 __version__ = "0.1.0"
+
+if "torch" in sys.modules:
+    # torch.ops.cutedsl.* exist as soon as this package is imported after torch (registering them
+    # costs ~15 ms and no CuTe DSL import); imported before torch, the first gemm/scaled_mm call
+    # (or `import cutedsl_backend.ops`) registers them.
+    from . import ops as _ops  # noqa: F401
 __all__ = ["gemm", "scaled_mm", "compile_gemm", "GemmConfig", "EpilogueSpec", "UnsupportedGemmError",
            "__version__"]
 

@@ -341,7 +341,7 @@ def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
     _TUNED_SM90), if any."""
     if problem.arch != "sm90a" or problem.dtype not in ("float16", "bfloat16"):
         return None
-    kind = "residual" if epilogue is not None and epilogue.residual else None
+    kind = "residual_gathered" if epilogue is not None and epilogue.residual and not epilogue.residual_tma else None
     for rule in _TUNED_SM90:
         if (rule.get("epilogue") == kind and rule["min_m"] <= problem.m <= rule["max_m"]
                 and problem.n >= rule["min_n"]):
@@ -351,13 +351,15 @@ def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
 
 
 # Overrides measured with `python -m cutedsl_backend sweep` / `sweep-epilogue` on the H200: rules
-# {"epilogue" (None or "residual"), "min_m", "max_m", "min_n", "config": {...}}. Plain GEMMs: the
-# heuristic alone decides (its picks for the prefill shapes measured within 1-4% of the sweep's
-# best on 2026-12-02). A residual read in the cooperative schedule's epilogue is not overlapped with
-# any mainloop, so there ping-pong wins: 4096x14336x4096 bf16 (session 2, run 3) ping-pong 128x128
-# c2x1 0.770 ms against the cooperative 128x256 c2x1's 0.823 (bare GEMM 0.712).
+# {"epilogue" (None or "residual_gathered"), "min_m", "max_m", "min_n", "config": {...}}. Plain
+# GEMMs: the heuristic alone decides (its picks for the prefill shapes measured within 1-4% of the
+# sweep's best on 2026-12-02). A gathered residual (misaligned) read in the cooperative schedule's
+# epilogue is not overlapped with any mainloop, so there ping-pong wins: 4096x14336x4096 bf16
+# (session 2, run 3) ping-pong 128x128 c2x1 0.770 ms against the cooperative 128x256 c2x1's 0.823
+# (bare GEMM 0.712). A TMA-loaded residual takes the heuristic's cooperative pick: session 4's
+# sweep and interleaved A/B (scripts/epilogue_ab.py) measured it 1.0-1.3% faster than ping-pong.
 _TUNED_SM90: list[dict] = [
-    {"epilogue": "residual", "min_m": 1024, "max_m": 1 << 31, "min_n": 4096,
+    {"epilogue": "residual_gathered", "min_m": 1024, "max_m": 1 << 31, "min_n": 4096,
      "config": {"tile_m": 128, "tile_n": 128, "cluster_m": 2, "schedule": "pingpong"}},
 ]
 

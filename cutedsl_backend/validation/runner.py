@@ -91,10 +91,10 @@ def gpu_gate(cell: Cell, shapes) -> dict:
             if spec.bias:
                 kw["bias"] = torch.randn(N, device="cuda", generator=g).to(od)
             if spec.residual:
-                res = torch.randn(L, M, N + 8, device="cuda", generator=g).to(od)
+                wide = torch.randn(L, M, N + 8, device="cuda", generator=g).to(od)
                 # aligned: a contiguous (L, M, N) tensor; misaligned: the same, one element in
-                res = res[..., :N].contiguous() if spec.residual_aligned else res[..., 1:N + 1]
-                kw.update(residual=res, alpha=0.5, beta=2.0)
+                residual = wide[..., :N].contiguous() if spec.residual_aligned else wide[..., 1:N + 1]
+                kw.update(residual=residual, alpha=0.5, beta=2.0)
             if spec.activation:
                 kw["activation"] = spec.activation
             ref = reference(torch.matmul(a.double(), b.double()),

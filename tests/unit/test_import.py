@@ -20,3 +20,10 @@ def test_public_api():
     t = time.perf_counter()
     assert cb.__version__
     assert time.perf_counter() - t < 1
+
+
+def test_custom_ops_exist_once_imported_after_torch():
+    code = ("import torch, sys; import cutedsl_backend; assert 'cutlass' not in sys.modules; "
+            "print(torch.ops.cutedsl.gemm.default.name())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "cutedsl::gemm" in out

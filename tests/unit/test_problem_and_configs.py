@@ -150,13 +150,14 @@ def test_eager_dispatch_follows_the_device_capability(monkeypatch):
     ops._device_arch.cache_clear()
 
 
-def test_residual_epilogue_takes_the_measured_pingpong_override_and_plain_gemms_do_not():
+def test_gathered_residual_takes_the_measured_pingpong_override_and_others_do_not():
     from cutedsl_backend.epilogue import EpilogueSpec
 
     p = GemmProblem(4096, 14336, 4096)
     res = default_config(p, epilogue=EpilogueSpec(residual=True, residual_dtype="bfloat16"))
     assert (res.schedule, res.tile_m, res.tile_n, res.cluster_m) == ("pingpong", 128, 128, 2)
-    for spec in (None, EpilogueSpec(), EpilogueSpec("relu", bias="col", bias_dtype="bfloat16")):
+    tma_res = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True)
+    for spec in (None, EpilogueSpec(), EpilogueSpec("relu", bias="col", bias_dtype="bfloat16"), tma_res):
         assert default_config(p, epilogue=spec).schedule == "cooperative"
     small = default_config(GemmProblem(256, 8192, 4096), epilogue=EpilogueSpec(residual=True))
     assert small == default_config(GemmProblem(256, 8192, 4096))  # outside the measured shape class
