@@ -46,3 +46,23 @@ def test_disabled_offers_nothing(inductor, feedback):
     a, b = rand(128, 64), rand(64, 96)
     out, code = compile_and_code(lambda a, b: torch.relu(a @ b), a, b)
     assert feedback.ours() == [] and "cutedsl" not in code
+
+
+def test_residual_alignment_is_decided_statically():
+    """The fused offer says whether the residual may be TMA-loaded: aligned (L, M, N) or (M, N)
+    residuals yes; a 2-D residual broadcast over a batched GEMM, or an odd row stride or offset, no."""
+    from cutedsl_backend.inductor.eligibility import Operand, Sizes, check_gemm
+
+    a2, b2 = Operand((256, 64), (64, 1), "bfloat16"), Operand((64, 128), (128, 1), "bfloat16")
+    a3, b3 = Operand((2, 256, 64), (16384, 64, 1), "bfloat16"), Operand((2, 64, 128), (8192, 128, 1), "bfloat16")
+
+    def aligned(a, b, res):
+        offer = check_gemm(a, b, arch="sm90a", sizes=Sizes(), residual=res)
+        assert offer.epilogue.residual
+        return offer.epilogue.residual_aligned
+
+    assert aligned(a2, b2, Operand((256, 128), (128, 1), "bfloat16"))
+    assert aligned(a3, b3, Operand((2, 256, 128), (32768, 128, 1), "bfloat16"))
+    assert not aligned(a3, b3, Operand((256, 128), (128, 1), "bfloat16"))  # broadcast over L
+    assert not aligned(a2, b2, Operand((256, 128), (132, 1), "bfloat16"))  # 264-byte rows
+    assert not aligned(a2, b2, Operand((256, 128), (128, 1), "bfloat16", offset=1))
