@@ -1,5 +1,6 @@
 """CuTe DSL pieces that apply an EpilogueSpec (cutedsl_backend/epilogue.py) to a fragment of
-fp32 accumulators. Shared by the sm90 and sm100 kernels."""
+fp32 accumulators, and the TMA-loaded residual ring (ResidualTma; the sm90a kernel uses it, sm100a
+still gathers). Shared by the sm90 and sm100 kernels."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
+
+from ..configs import RES_STAGES
 
 
 def _fast_tanh(x):
@@ -226,3 +229,79 @@ class TileEpilogue:
         if cutlass.const_expr(spec.activation is not None):
             x = ACTIVATIONS[spec.activation](x)
         return x
+
+
+def _smem_load_atom(layout, dtype):
+    """ldmatrix for 16-bit data (transposed for an M-major buffer), else plain loads."""
+    if dtype.width == 16:
+        return cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(layout.is_m_major_c(), 4), dtype)
+    return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype)
+
+
+def residual_tma(tma, m_res, s_res, bars, dtype, layout, tiled_copy_c_atom, thread, frag_shape, tile_mn,
+                  epi_tile, first_buffer) -> "ResidualTma":
+    """The TMA-loaded residual of one epilogue group (see ResidualTma); ``tiled_copy_c_atom``: the
+    kernel's output-store copy atom, whose thread-value order the residual is read back in."""
+    s2r = cute.make_tiled_copy_S(_smem_load_atom(layout, dtype), tiled_copy_c_atom)
+    thr = s2r.get_slice(thread)
+    regs = cute.make_rmem_tensor(frag_shape, dtype)
+    return ResidualTma(
+        tma=tma, s_res=s_res, bars=bars, epi_tile=epi_tile, first=first_buffer, s2r=s2r,
+        bytes=cute.size_in_bytes(dtype, cute.slice_(s_res, (None, None, 0))),
+        tSR_s=thr.partition_S(s_res), regs=regs, tSR_r=s2r.retile(regs), frag_shape=frag_shape,
+        sub_tiles=(tile_mn[0] // epi_tile[0]) * (tile_mn[1] // epi_tile[1]),
+        g_res=cute.local_tile(m_res, tile_mn, (None, None, None)))
+
+
+@dataclass(frozen=True)
+class ResidualTma:
+    """One epilogue group's TMA-loaded residual (trace-time helper, shared by the kernels; frozen,
+    as the DSL would carry a mutable object through dynamic loops): RES_STAGES shared-memory buffers of one epilogue
+    sub-tile each, starting at buffer ``first``; sub-tile number ``count`` (the group's running
+    sub-tile count) lives in buffer ``count % RES_STAGES``, its barrier phase is
+    ``(count // RES_STAGES) % 2``. Read in the same thread-value order as the output fragment (the
+    store's tiled copy with an ldmatrix atom), so ``read`` pairs the residual with the
+    accumulators element by element."""
+
+    tma: object
+    s_res: object
+    bars: object
+    epi_tile: tuple
+    first: object
+    s2r: object
+    bytes: int
+    tSR_s: object
+    regs: object
+    tSR_r: object
+    frag_shape: object
+    sub_tiles: int
+    g_res: object
+
+    def tile(self, tile_m, tile_n, batch):
+        """The TMA views of one output tile's residual, split into epilogue sub-tiles."""
+        g_tile = cute.zipped_divide(self.g_res[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+        s_part, g_part = cute.nvgpu.cpasync.tma_partition(
+            self.tma, 0, cute.make_layout(1), cute.group_modes(self.s_res, 0, 2), g_tile)
+        grid = g_tile.shape[1]
+        return s_part, g_part, cute.make_layout(grid, stride=(grid[1], 1))
+
+    def issue(self, tiles, e: int, count):
+        """Load sub-tile ``e`` (the same order as the output's sub-tiles) as number ``count``
+        (called by one warp)."""
+        s_part, g_part, order = tiles
+        slot = count % RES_STAGES
+        bar = self.bars + self.first + slot
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bytes)
+        cute.copy(self.tma, g_part[(None, order.get_hier_coord(e))], s_part[(None, self.first + slot)],
+                  tma_bar_ptr=bar)
+
+    def read(self, count):
+        """Sub-tile number ``count`` as an fp32 fragment of the output fragment's shape (waits
+        for its load)."""
+        slot = count % RES_STAGES
+        cute.arch.mbarrier_wait(self.bars + self.first + slot, (count // RES_STAGES) % 2)
+        cute.copy(self.s2r, self.tSR_s[(None, None, None, self.first + slot)], self.tSR_r)
+        out = cute.make_rmem_tensor(self.frag_shape, Float32)
+        out.store(self.regs.load().to(Float32))
+        return out
