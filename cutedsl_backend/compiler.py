@@ -37,9 +37,13 @@ _FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
 # Where the time of kernel fetches went (reported by bench-inductor): loads from disk, compiles
 # here, seconds in get_kernel (a memory hit is not counted), of which waiting for a worker.
 # Eager first calls of a geometry (ops.py) add their count and seconds (fetch + plan + first launch).
-STATS = {"loaded": 0, "compiled": 0, "get_kernel_s": 0.0, "waited_s": 0.0, "first_calls": 0, "first_call_s": 0.0}
-# cute.compile is not thread-safe: one compile at a time per process (use processes to scale).
-_COMPILE_LOCK = threading.Lock()
+# Loads done by the background loader (see preload_async) count in "preloaded" and "preload_s" (its
+# own seconds, off the caller's path); "preload_wait_s" is the time get_kernel waited for one.
+STATS = {"loaded": 0, "compiled": 0, "get_kernel_s": 0.0, "waited_s": 0.0, "first_calls": 0, "first_call_s": 0.0,
+         "preloaded": 0, "preload_s": 0.0, "preload_wait_s": 0.0}
+# cute.compile is not thread-safe: one compile or module load at a time per process (use processes
+# to scale). Reentrant: a load may run inside get_kernel called under it.
+_DSL_LOCK = threading.RLock()
 
 
 def cache_dir() -> Path:
@@ -385,7 +389,7 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
     fakes = _fake_args(problem, epilogue)
     with tempfile.TemporaryDirectory() as dump:
         opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
-        with _COMPILE_LOCK:
+        with _DSL_LOCK:
             t0 = time.perf_counter()
             fn = cute.compile(kernel, *fakes, cutlass.Int32(1), make_fake_stream(), options=opts)
             seconds = time.perf_counter() - t0
@@ -416,8 +420,9 @@ def _load_from_disk(problem, cfg, epilogue, key) -> Optional[CompiledGemm]:
         info = json.loads(meta.read_text())
         if info.get("key") != key:
             raise ValueError("key mismatch")
-        module = cute.runtime.load_module(str(obj))
-        fn = getattr(module, "gemm_" + key)
+        with _DSL_LOCK:
+            module = cute.runtime.load_module(str(obj))
+            fn = getattr(module, "gemm_" + key)
         cubin = cub.read_bytes()
         if not cubin:
             raise ValueError("empty cubin")
@@ -479,7 +484,7 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
     if hit is not None:
         return hit
     cfg, key = _resolve(problem, config, epilogue)
-    hit = _MEMORY_CACHE.get(key)
+    hit = _MEMORY_CACHE.get(key) or _wait_preload(key)
     if hit is not None:
         _FAST_CACHE[fast_key] = hit
         return hit
@@ -626,23 +631,129 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
                      epilogue=None) -> Optional[Future]:
     """Compile ``problem``'s kernel with ``config`` in a worker process. The worker writes the disk
     cache and ``get_kernel`` here waits for a pending compile of the same key instead of
-    compiling it again.
+    compiling it again. Either way (compiled now or already on disk) the kernel is then loaded
+    into this process by the background loader (:func:`preload_async`).
 
-    Returns the future of (key, compile seconds, cache hit), or None when there is nothing to do:
-    the kernel is in memory or on disk, workers are off, or there is no disk cache to hand the
+    Returns the future of (key, compile seconds, cache hit), or None when there is no compile to
+    do: the kernel is in memory or on disk, workers are off, or there is no disk cache to hand the
     result over (no CUDA driver: see :func:`driver_available`)."""
     from .epilogue import EpilogueSpec
 
     epilogue = epilogue or EpilogueSpec()
     cfg, key = _resolve(problem, config, epilogue)
-    if key in _MEMORY_CACHE or key in _PENDING or not driver_available() or _disk_paths(key)[2].exists():
+    if key in _MEMORY_CACHE or key in _PENDING or not driver_available():
+        return None
+    if _disk_paths(key)[2].exists():
+        preload_async(problem, cfg, epilogue, key)
         return None
     pool = _pool()
     if pool is None:
         return None
     fut = pool.submit(problem, cfg, epilogue, str(cache_dir()))
     _PENDING[key] = fut
+    preload_async(problem, cfg, epilogue, key)
     return fut
+
+
+# ---------------------------------------------------------------------------- background loads
+# The first kernel load in a process pays the DSL runtime's start-up (seconds, on the H200 machine),
+# and a kernel a worker compiled must still be loaded here. One loader thread does both as soon as
+# the kernel exists (on disk now, or when its worker finishes), so under Inductor they overlap its
+# own precompilation and the wait for our workers instead of following them. Loads hold _DSL_LOCK;
+# the caller's get_kernel takes a finished load from memory or waits for the one under way.
+
+_LOADER = None  # ThreadPoolExecutor with one thread, made on first use
+# cache key -> the loader's load of it (a CompiledGemm, or None where it could not load)
+_LOADS: dict[str, Future] = {}
+
+
+def _loader():
+    global _LOADER
+    with _POOL_LOCK:
+        if _LOADER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _LOADER = ThreadPoolExecutor(1, thread_name_prefix="cutedsl-load")
+        return _LOADER
+
+
+def _start_runtime() -> None:
+    """The DSL's one-time start-up in this process: its import and runtime library."""
+    import cutlass.cute  # noqa: F401
+    import cutlass.runtime as runtime
+
+    for path in runtime.find_runtime_libraries(enable_tvm_ffi=False):
+        ctypes.CDLL(path)
+
+
+def background_load_enabled() -> bool:
+    """The loader runs where a driver can load kernels, unless $CUTEDSL_BACKGROUND_LOAD is 0."""
+    return os.environ.get("CUTEDSL_BACKGROUND_LOAD", "1") != "0" and driver_available()
+
+
+def warm_runtime_async() -> Optional[Future]:
+    """Start the DSL runtime in this process now, on the loader thread (None where the loader is
+    off: see :func:`background_load_enabled`)."""
+    if not background_load_enabled():
+        return None
+    return _loader().submit(_start_runtime)
+
+
+def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> Optional[Future]:
+    """Load ``key``'s kernel into the memory cache on the loader thread: now if it is on disk,
+    else when its pending worker compile finishes (loads queue in the order kernels become ready).
+    ``cfg`` is the resolved config. Returns the load's future (its CompiledGemm, or None)."""
+    if key in _MEMORY_CACHE or key in _LOADS or not background_load_enabled():
+        return _LOADS.get(key)
+    load: Future = Future()
+    _LOADS[key] = load
+
+    def queue(_done=None):
+        _loader().submit(_preload, load, problem, cfg, epilogue, key)
+
+    compiling = _PENDING.get(key)
+    if compiling is None:
+        queue()
+    else:
+        compiling.add_done_callback(queue)
+    return load
+
+
+def _preload(load: Future, problem, cfg, epilogue, key) -> None:
+    if not load.set_running_or_notify_cancel():  # get_kernel took the job back
+        return
+    try:
+        compiling = _PENDING.get(key)
+        if compiling is not None and compiling.exception() is not None:
+            load.set_result(None)  # get_kernel reports the failure and compiles in the caller
+            return
+        t0 = time.perf_counter()
+        cg = _load_from_disk(problem, cfg, epilogue, key)
+        if cg is not None:
+            _MEMORY_CACHE.setdefault(key, cg)
+            _PENDING.pop(key, None)
+            STATS["preloaded"] += 1
+            STATS["preload_s"] += time.perf_counter() - t0
+        load.set_result(cg)
+    except BaseException as e:
+        load.set_exception(e)
+
+
+def _wait_preload(key: str):
+    """The loader's kernel for ``key``: taken from a finished load, waited for if the load is
+    under way, or None (no load, a failed one, or one not started yet: the caller then fetches
+    the kernel itself rather than queueing behind other loads)."""
+    load = _LOADS.pop(key, None)
+    if load is None or load.cancel():
+        return None
+    t0 = time.perf_counter()
+    try:
+        cg = load.result()
+    except Exception as e:
+        log.warning("background load of %s failed (%s: %s)", key, type(e).__name__, e)
+        cg = None
+    STATS["preload_wait_s"] += time.perf_counter() - t0
+    return _MEMORY_CACHE.get(key) if cg is not None else None
 
 
 def _wait_pending(key: str) -> bool:

@@ -18,7 +18,8 @@ How (the hooks torch 2.11 and 2.13 share, none of them a patch of torch's own fu
     after a pass the user had installed): forms the fused ops;
   - lowerings of our own ops (:mod:`.lowering`): autotune fused candidates against the unfused ops.
 Compile cost: the heuristic keeps ``top_k`` configs per GEMM; they compile in worker processes
-while Inductor precompiles its own candidates; kernels are cached on disk
+while Inductor precompiles its own candidates, and a loader thread brings each into this process as
+soon as it is ready (the DSL runtime's start-up too, from enable() on); kernels are cached on disk
 (``$CUTEDSL_BACKEND_CACHE_DIR``), and so are our autotune decisions (:mod:`.decisions`: a later
 compile of the same GEMM offers only the config that won, or nothing where ours lost); Inductor's
 own autotune cache keeps its timings (choice names carry a build tag, so stale timings are never
@@ -107,6 +108,7 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         from .. import compiler
 
         compiler.warm_precompile_pool()
+        compiler.warm_runtime_async()  # the DSL's start-up here overlaps the compile that follows
     STATE.top_k, STATE.fuse, STATE.ops = int(top_k), bool(fuse), ops
     from .eligibility import default_device_arch
 

@@ -6,7 +6,8 @@ Inductor cache), the median time per call afterwards (triton.testing.do_bench), 
 a float64 evaluation of the same block, and which candidate won each GEMM autotune. Variants:
   - ``aten+triton``: max-autotune without us (the baseline);
   - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
-  - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them).
+  - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
+  - ``cutedsl cold, no loader``: cold with the background loader off (``--no-loader-row``).
 """
 
 from __future__ import annotations
@@ -74,12 +75,17 @@ class _Winners:
             "choices": len(timings)})
 
 
+# A cold variant with the background loader off (CUTEDSL_BACKGROUND_LOAD=0): what the loader saves.
+NO_LOADER = "cutedsl cold, no loader"
+
+
 def _clear_our_memory_caches():
     from .. import compiler, ops
 
     compiler._MEMORY_CACHE.clear()
     compiler._FAST_CACHE.clear()
     compiler._PENDING.clear()
+    compiler._LOADS.clear()
     if hasattr(ops._TLS, "plans"):
         ops._TLS.plans.clear()
 
@@ -96,6 +102,8 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from .bench import _median_ms
 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
+    if variant == NO_LOADER:
+        os.environ["CUTEDSL_BACKGROUND_LOAD"] = "0"
     _clear_our_memory_caches()
     torch._dynamo.reset()
     winners = _Winners()
@@ -106,11 +114,11 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     stats0 = dict(compiler.STATS)
     try:
         with fresh_cache(), torch.no_grad():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()  # enable() is timed too: it starts our workers and loader
             if variant != "aten+triton":
                 cbi.enable()
             compiled = torch.compile(mod, mode="max-autotune")
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
             out = compiled(*args).clone()  # CUDA-graph outputs are overwritten by the next replay
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
@@ -147,7 +155,7 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
             continue
         base = None
         for variant in variants:
-            cold_dir = os.path.join(kernel_dir, name)
+            cold_dir = os.path.join(kernel_dir, name + ("-no-loader" if variant == NO_LOADER else ""))
             row = _run_variant(name, mod, args, variant, cold_dir if variant != "aten+triton" else
                                os.path.join(kernel_dir, "unused"), log)
             if variant == "aten+triton":
@@ -162,11 +170,12 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
-                            blocks=("mlp", "attn_out_proj"), log=print) -> list:
+                            blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
-    baseline shows the run-to-run spread. Ratios against the mean of the two baselines."""
+    baseline shows the run-to-run spread. Ratios against the mean of the two baselines.
+    ``no_loader_row`` adds a cold row with the background loader off before the last baseline."""
     import json
     import subprocess
     import sys
@@ -175,7 +184,9 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
     rows = []
     for block in blocks:
         block_rows = []
-        for variant in ("aten+triton", "cutedsl cold", "cutedsl warm", "aten+triton"):
+        order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((NO_LOADER,) if no_loader_row else ()) + (
+            "aten+triton",)
+        for variant in order:
             out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")
             cmd = [sys.executable, "-m", "cutedsl_backend", "bench-inductor", "--tokens", str(tokens), "--d", str(d),
                    "--hidden", str(hidden), "--dtype", dtype, "--blocks", block, "--variants", variant,

@@ -81,3 +81,98 @@ def test_worker_process_compiles(tmp_path, monkeypatch):
     assert seconds > 0 and hit in ("", "disk")
     if not compiler.driver_available():  # no disk cache to hand results over: nothing is queued
         assert compiler.precompile_async(problem, cfg, spec) is None
+
+
+# ---------------------------------------------------------------- the background loader
+# Loads need a CUDA driver, so these tests stand in for the disk load and the worker compile: they
+# check the hand-over between the loader thread and get_kernel, which is what a GPU run relies on.
+
+@pytest.fixture
+def loader(monkeypatch):
+    """compiler with fresh caches, a driver 'present' and a counting stand-in for the disk load."""
+    import threading
+    from concurrent.futures import Future
+
+    from cutedsl_backend import compiler
+    from cutedsl_backend.configs import quick_configs
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.problem import make_problem
+
+    for name in ("_MEMORY_CACHE", "_FAST_CACHE", "_PENDING", "_LOADS"):
+        monkeypatch.setattr(compiler, name, {})
+    monkeypatch.setattr(compiler, "STATS", dict.fromkeys(compiler.STATS, 0))
+    monkeypatch.setattr(compiler, "driver_available", lambda: True)
+    monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
+    loads = []
+
+    def fake_load(problem, cfg, epilogue, key):
+        loads.append(threading.current_thread().name)
+        return ("kernel", key)
+
+    monkeypatch.setattr(compiler, "_load_from_disk", fake_load)
+    problem = make_problem(256, 256, 128, dtype="bfloat16")
+    cfg, spec = quick_configs("sm90a")[3], EpilogueSpec()
+    cfg, key = compiler._resolve(problem, cfg, spec)
+
+    class Env:
+        pass
+
+    env = Env()
+    env.compiler, env.problem, env.cfg, env.spec, env.key, env.loads, env.Future = (
+        compiler, problem, cfg, spec, key, loads, Future)
+    return env
+
+
+def test_loader_loads_a_kernel_when_its_worker_finishes(loader):
+    c = loader.compiler
+    compiling = loader.Future()
+    c._PENDING[loader.key] = compiling
+    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    assert load is not None and not load.done() and loader.loads == []  # waits for the worker
+    compiling.set_result((loader.key, 1.0, ""))
+    assert load.result(timeout=30) == ("kernel", loader.key)
+    assert loader.loads == ["cutedsl-load_0"] and c.STATS["preloaded"] == 1
+    # get_kernel takes the loaded kernel: no second load, no wait for the (finished) worker
+    assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
+    assert loader.loads == ["cutedsl-load_0"] and c.STATS["loaded"] == 0
+    assert loader.key not in c._PENDING
+
+
+def test_loader_leaves_a_failed_worker_compile_to_get_kernel(loader, monkeypatch, caplog):
+    c = loader.compiler
+    compiling = loader.Future()
+    c._PENDING[loader.key] = compiling
+    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    compiling.set_exception(RuntimeError("worker died"))
+    assert load.result(timeout=30) is None and loader.loads == []
+    monkeypatch.setattr(c, "_load_from_disk", lambda *a: None)  # the worker wrote nothing
+    monkeypatch.setattr(c, "_compile_fresh", lambda *a: ("compiled here", a[-1]))
+    monkeypatch.setattr(c, "_store_to_disk", lambda cg: None)
+    with caplog.at_level("WARNING", logger="cutedsl_backend.compiler"):
+        assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("compiled here", loader.key)
+    assert "worker died" in caplog.text and c.STATS["compiled"] == 1
+
+
+def test_get_kernel_does_not_queue_behind_other_loads(loader):
+    """A load still queued (the loader busy with others) is taken back and done by the caller."""
+    import threading
+
+    c = loader.compiler
+    release = threading.Event()
+    c._loader().submit(release.wait, 30)  # the loader is busy
+    try:
+        load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+        assert not load.running()
+        assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
+        assert load.cancelled() and loader.loads == [threading.current_thread().name]
+    finally:
+        release.set()
+
+
+def test_loader_can_be_turned_off(loader, monkeypatch):
+    c = loader.compiler
+    monkeypatch.setenv("CUTEDSL_BACKGROUND_LOAD", "0")
+    assert c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key) is None
+    assert c.warm_runtime_async() is None and c._LOADS == {}
+    assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
+    assert loader.loads == ["MainThread"] and c.STATS["loaded"] == 1

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 5's device calls. From the repository root:
+#   source .device-carry/on-device.sh && bash scripts/h200-session5.sh load inductor
+# Steps (any order): load - where a process's first kernel load goes (scripts/dsl_load_timing.py);
+# inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader row;
+# validate - the standard report through nox; gpu - the GPU test suite; bench - bench-epilogue,
+# the residual A/B and bench-fp8. Logs and JSON go to $OUT.
+set -uo pipefail
+out=${OUT:-out}; mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+step() { echo "=== $1 ($(date +%T))"; shift; timeout "$@"; echo "=== rc=$?"; }
+run() {
+  for what in "$@"; do
+    case $what in
+      load) step "first kernel load" 90 python3 scripts/dsl_load_timing.py ;;
+      inductor)
+        step "bench-inductor out-proj" 200 python3 -m cutedsl_backend bench-inductor --isolated --no-loader-row \
+          --blocks attn_out_proj --json "$out/bench-inductor-outproj.json"
+        step "bench-inductor mlp" 260 python3 -m cutedsl_backend bench-inductor --isolated --blocks mlp \
+          --json "$out/bench-inductor-mlp.json" ;;
+      validate) step "nox validate (standard)" 150 env CUTEDSL_NOX_SYSTEM=1 nox --no-venv -s validate -- \
+          --tag standard --out "$out/reports"
+        cp "$out"/reports/*/summary.md "$out"/reports/*/report.json "$out/" 2>/dev/null ;;
+      gpu) step "gpu tests" 170 python3 -m pytest tests/gpu -n 12 -q -rs -p no:cacheprovider \
+          --junitxml="$out/gpu-tests.xml" ;;
+      bench)
+        step "residual A/B" 70 python3 scripts/epilogue_ab.py 3
+        step "bench-epilogue" 140 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json"
+        step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
+      *) echo "unknown step $what" ;;
+    esac
+  done
+}
+run "$@" 2>&1 | grep -v "DeprecationWarning\|warnings.warn\|select_algorithm.py:[0-9]*\]\|triton_mm\|^  [a-z_]* [0-9.]* ms\|^strides:\|^dtypes:\|Autotune Choices\|num_choices\|AUTOTUNE \|TypedStorage\|current_out_size\|pytest_benchmark\|bringing up\|^\[compile\]\|^\[gpu\]" | tee "$out/session5-$(date +%H%M%S).log"
