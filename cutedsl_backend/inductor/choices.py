@@ -22,7 +22,7 @@ from .. import compiler
 from ..problem import dtype_name
 from . import decisions, ops
 from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
-from .state import STATE, build_tag
+from .state import NO_PLAIN_CANDIDATES, STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
 aten = torch.ops.aten
@@ -239,7 +239,8 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
         kwargs["fast_accum"] = fa
     else:
         return []
-    if _suppressed(a, b):
+    node = getattr(V.graph, "current_node", None)
+    if _suppressed(a, b) or (node is not None and node.meta.get(NO_PLAIN_CANDIDATES)):
         log.debug("cutedsl: not offering %s (our fused kernel for it lost to the unfused ops)", op_name)
         return []
     out_dtype = kernel_inputs.out_dtype()

@@ -29,7 +29,7 @@ from ..epilogue import ACTIVATION_NAMES, torch_activation
 from . import decisions, ops
 from .choices import autotuning, offer_for
 from .eligibility import Sizes, operand_from_fake
-from .state import STATE, build_tag
+from .state import NO_PLAIN_CANDIDATES, STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
 aten = torch.ops.aten
@@ -100,8 +100,17 @@ def fuse_epilogues(graph: Graph) -> int:
                 chain = match_chain(node)
                 offer = _offer(chain) if chain is not None else None
                 if chain is not None and offer is not None:
+                    offer, verdict = _narrow(chain, offer)
+                    if verdict == "lost":
+                        # the unfused ops won this chain before: leave the graph as Inductor would
+                        # see it without us, and (as the compile that lost did) offer no plain
+                        # kernel for its GEMM either (choices.plain_gemm_choices reads the mark)
+                        node.meta[NO_PLAIN_CANDIDATES] = True
+                        log.debug("cutedsl: %s left unfused (the unfused ops won here before: decision cache)",
+                                  node)
+                        continue
                     _replace(graph, chain)
-                    _precompile(chain, offer)
+                    _precompile(offer)
                     done += 1
             except Exception as e:  # never break a compile: the graph keeps its unfused form
                 log.warning("cutedsl: fusion of %s skipped after %s: %s", node, type(e).__name__, e)
@@ -333,16 +342,19 @@ def _offer(chain: Chain):
     return None if isinstance(offer, str) else offer
 
 
-def _precompile(chain: Chain, offer) -> None:
+def _narrow(chain: Chain, offer) -> tuple:
+    """(the offer narrowed by the decision cache, its verdict): the lowering narrows it alike."""
+    name = f"cutedsl_fused_{ops.op_name(*chain.kind)}"
+    return decisions.narrow(offer, decisions.key(name, offer, decisions.device_name(_val(chain.a).device)))
+
+
+def _precompile(offer) -> None:
     """Start the fused kernel's compiles now, in worker processes: the lowering that benchmarks
     them comes later in this compile (keys match: same problem, epilogue and configs)."""
     from .. import compiler
 
-    name = f"cutedsl_fused_{ops.op_name(*chain.kind)}"
-    offer, verdict = decisions.narrow(offer, decisions.key(name, offer, decisions.device_name(_val(chain.a).device)))
-    if verdict != "lost":
-        for cfg in offer.configs:
-            compiler.precompile_async(offer.problem, cfg, offer.epilogue)
+    for cfg in offer.configs:
+        compiler.precompile_async(offer.problem, cfg, offer.epilogue)
 
 
 def _replace(graph: Graph, chain: Chain) -> None:

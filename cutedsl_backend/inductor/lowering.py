@@ -21,6 +21,7 @@ import functools
 import inspect
 import itertools
 import logging
+import time
 
 import torch
 
@@ -28,6 +29,10 @@ from . import decisions, ops
 from .choices import autotuning, bind, offer_for, suppress
 from .eligibility import Sizes, operand_from_ir
 from .state import STATE
+
+# Where fused lowerings spend a compile's time (bench-inductor reports it): building the unfused
+# subgraph candidate, and the autotune of ours against it (our compiles waited for included).
+TIMES = {"fused_autotunes": 0, "unfused_subgraph_s": 0.0, "fused_autotune_s": 0.0}
 
 log = logging.getLogger("cutedsl_backend.inductor")
 _REGISTERED: dict = {}  # op overload -> our lowering
@@ -107,11 +112,16 @@ def _lower(kind: tuple, *args, **kwargs):
         return choices[0].output_node()
     from torch._inductor.codegen.subgraph import SubgraphTemplate
 
+    t0 = time.perf_counter()
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
         description="unfused GEMM + pointwise ops")
     choices.append(unfused)
+    t1 = time.perf_counter()
     node, winner = _select(name, choices, inputs, layout)
+    TIMES["fused_autotunes"] += 1
+    TIMES["unfused_subgraph_s"] += t1 - t0
+    TIMES["fused_autotune_s"] += time.perf_counter() - t1
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])

@@ -41,3 +41,8 @@ def build_tag() -> str:
     for f in sorted(Path(__file__).parent.glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()[:10]
+
+
+# FX node meta: a GEMM whose fused form lost to its unfused ops before gets no plain candidates
+# (set by the fusion pass, read by choices.plain_gemm_choices)
+NO_PLAIN_CANDIDATES = "cutedsl_no_plain_candidates"

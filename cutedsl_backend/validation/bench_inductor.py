@@ -7,7 +7,7 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``aten+triton``: max-autotune without us (the baseline);
   - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
   - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
-  - ``cutedsl cold, no loader``: cold with the background loader off (``--no-loader-row``).
+  - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``).
 """
 
 from __future__ import annotations
@@ -65,18 +65,20 @@ class _Winners:
         if not timings:
             return
         best = min(timings, key=timings.get)
-        ours = [c for c in timings if c.name.startswith("cutedsl_")]
-        theirs = [c for c in timings if not c.name.startswith("cutedsl_")]
+        # ours: our kernels (choices.bind marks them); the unfused-ops subgraph is theirs
+        ours = [c for c in timings if getattr(c, "cutedsl_decision", None) is not None]
+        theirs = [c for c in timings if c not in ours]
         desc = (lambda c: f"{c.name} {getattr(c, 'description', '')}".strip())
         self.rows.append({
             "autotune": name, "winner": desc(best), "winner_ms": timings[best],
             "best_ours_ms": min((timings[c] for c in ours), default=None),
             "best_theirs_ms": min((timings[c] for c in theirs), default=None),
-            "choices": len(timings)})
+            "choices": len(timings),
+            "timings_ms": sorted(([desc(c), timings[c]] for c in timings), key=lambda r: r[1])[:8]})
 
 
 # A cold variant with the background loader off (CUTEDSL_BACKGROUND_LOAD=0): what the loader saves.
-NO_LOADER = "cutedsl cold, no loader"
+NO_LOADER = "cutedsl cold no-loader"
 
 
 def _clear_our_memory_caches():
@@ -111,7 +113,9 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     fallbacks0 = iops.fallback_count
     from .. import compiler
 
-    stats0 = dict(compiler.STATS)
+    from ..inductor import lowering
+
+    stats0 = dict(compiler.STATS, **lowering.TIMES)
     try:
         with fresh_cache(), torch.no_grad():
             torch.cuda.synchronize()
@@ -132,7 +136,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
-    ours = {k: round(v - stats0[k], 3) for k, v in compiler.STATS.items()}
+    ours = {k: round(v - stats0[k], 3) for k, v in dict(compiler.STATS, **lowering.TIMES).items()}
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,
            "our_kernel_fetches": ours}

@@ -52,7 +52,7 @@ def test_lost_is_not_offered_again(inductor, feedback, debug_log):
 
 
 @pytest.mark.parametrize("outcome", ["won", "lost"])
-def test_fused_op_skips_the_autotune(inductor, feedback, outcome):
+def test_fused_op_skips_the_autotune(inductor, feedback, debug_log, outcome):
     x, w, b = rand(256, 128), rand(192, 128), rand(192)
     fn = (lambda x, w, b: F.relu(F.linear(x, w, b)))
     compile_and_code(fn, x, w, b)
@@ -67,7 +67,8 @@ def test_fused_op_skips_the_autotune(inductor, feedback, outcome):
         assert f"kernel_config='{entry['config']}'" in code and "activation='relu'" in code
     else:
         assert "activation='relu'" not in code
-        assert feedback.ours() == []  # nor plain candidates for the GEMM the unfused ops put back
+        assert feedback.ours() == []  # nor plain candidates for the GEMM left unfused
+        assert any("left unfused" in r.getMessage() for r in debug_log.records)  # the graph Inductor saw
     torch.testing.assert_close(out.float(), fn(x.float(), w.float(), b.float()), atol=0.1, rtol=0.02)
 
 
