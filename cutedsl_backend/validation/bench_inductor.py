@@ -112,7 +112,6 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     add_feedback_saver(winners)
     fallbacks0 = iops.fallback_count
     from .. import compiler
-
     from ..inductor import lowering
 
     stats0 = dict(compiler.STATS, **lowering.TIMES)
