@@ -93,12 +93,27 @@ class EpilogueSpec:
         return "+".join(parts)
 
 
+def residual_rule(*, elem_bytes: int, offset, row_stride, batch_stride, batched: bool,
+                  multiple_of=lambda x, k: x % k == 0, is_zero=lambda x: x == 0) -> bool:
+    """The one rule for a residual the kernel may load by TMA (``EpilogueSpec.residual_aligned``):
+    its offset (in elements from a 16-byte aligned address), its row stride and, under a batched
+    GEMM, its batch stride are whole multiples of 16 bytes, and that batch stride is not 0 (a
+    residual broadcast over the batch is gathered instead). The eager API applies it to tensors;
+    the Inductor check to symbolic layouts, with its own ``multiple_of`` and ``is_zero``."""
+    elems = 16 // elem_bytes
+    if not (multiple_of(offset, elems) and multiple_of(row_stride, elems)):
+        return False
+    return not batched or (not is_zero(batch_stride) and multiple_of(batch_stride, elems))
+
+
 def residual_aligned(res_mnl, batch: int) -> bool:
-    """Whether a residual view (M, N, L) (torch, unit stride along N) meets ``residual_aligned``."""
+    """:func:`residual_rule` for a residual view (M, N, L) (torch, unit stride along N)."""
     size = res_mnl.element_size()
     sm, _, sl = res_mnl.stride()
-    return (res_mnl.data_ptr() % 16 == 0 and (sm * size) % 16 == 0
-            and (batch == 1 or (sl != 0 and (sl * size) % 16 == 0)))
+    if res_mnl.data_ptr() % size:
+        return False
+    return residual_rule(elem_bytes=size, offset=res_mnl.data_ptr() // size, row_stride=sm, batch_stride=sl,
+                         batched=batch > 1)
 
 
 def torch_activation(name: Optional[str]):

@@ -223,16 +223,15 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
 
 
 def _residual_aligned(residual: Operand, gemm_dim: int, sizes: Sizes) -> bool:
-    """EpilogueSpec.residual_aligned, statically: 16-byte aligned offset, rows and (a residual with
-    its own batches) batches; a 2-D residual under a batched GEMM is broadcast (not aligned). The
-    op re-checks the tensors it gets at run time (a mismatch costs a compile, never a wrong result)."""
-    size = dtype_bits(residual.dtype) // 8
-    elems = 16 // size
-    if residual.dim == 2 and gemm_dim == 3:
-        return False
-    strides = [residual.stride[-2]] + ([residual.stride[0]] if residual.dim == 3 else [])
-    return (sizes.multiple_of(residual.offset, elems) and all(sizes.multiple_of(s, elems) for s in strides)
-            and not (residual.dim == 3 and sizes.equals(residual.stride[0], 0)))
+    """EpilogueSpec.residual_aligned, statically (:func:`~cutedsl_backend.epilogue.residual_rule` on
+    the layout; a 2-D residual under a batched GEMM is a broadcast: batch stride 0). The op re-checks
+    the tensors it gets at run time (a mismatch costs a compile, never a wrong result)."""
+    from ..epilogue import residual_rule
+
+    return residual_rule(elem_bytes=dtype_bits(residual.dtype) // 8, offset=residual.offset,
+                         row_stride=residual.stride[-2], batch_stride=residual.stride[0] if residual.dim == 3 else 0,
+                         batched=gemm_dim == 3, multiple_of=sizes.multiple_of,
+                         is_zero=lambda x: sizes.equals(x, 0))
 
 
 def diverse(ranked: list, k: int) -> list:

@@ -212,3 +212,26 @@ def test_residual_alignment_rule():
     assert not residual_aligned(view(torch.empty(2, 64, 132, dtype=torch.bfloat16)[..., :128]), 2)  # 264 B rows
     bcast = torch.empty(64, 128, dtype=torch.bfloat16).unsqueeze(0).expand(2, 64, 128)
     assert not residual_aligned(view(bcast), 2) and residual_aligned(view(bcast[:1]), 1)
+
+
+def test_static_and_eager_residual_checks_agree():
+    """The Inductor check (layouts) and the eager one (tensors) apply the same rule: on tensors
+    whose storage starts 16-byte aligned they decide alike."""
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend.epilogue import residual_aligned
+    from cutedsl_backend.inductor.eligibility import Sizes, _residual_aligned, operand_from_fake
+
+    base3 = torch.empty(2, 64, 136, dtype=torch.bfloat16)
+    cases = [  # (residual (L, M, N) or (M, N), GEMM batch)
+        (base3[..., :128], 2), (base3[..., 1:129], 2), (base3[:, :, :128].contiguous(), 2),
+        (torch.empty(2, 64, 132, dtype=torch.bfloat16)[..., :128], 2),
+        (torch.empty(64, 128, dtype=torch.bfloat16), 2), (torch.empty(64, 128, dtype=torch.float32), 1),
+        (torch.empty(64, 130, dtype=torch.float32)[:, 2:], 1), (torch.empty(64, 129, dtype=torch.float16)[:, :128], 1),
+    ]
+    for res, batch in cases:
+        assert res.untyped_storage().data_ptr() % 16 == 0
+        res3 = res if res.dim() == 3 else res.unsqueeze(0).expand(batch, *res.shape)
+        eager = residual_aligned(res3.permute(1, 2, 0), batch)
+        static = _residual_aligned(operand_from_fake(res), 3 if batch > 1 else 2, Sizes())
+        assert eager == static, (res.shape, res.stride(), res.storage_offset(), batch)
+    assert residual_aligned(base3[..., :128].permute(1, 2, 0), 2)  # the rule is not vacuous
