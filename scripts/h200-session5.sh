@@ -3,8 +3,8 @@
 #   source .device-carry/on-device.sh && bash scripts/h200-session5.sh load inductor
 # Steps (any order): load - where a process's first kernel load goes (scripts/dsl_load_timing.py);
 # inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader row;
-# validate - the standard report through nox; gpu - the GPU test suite; bench - bench-epilogue,
-# the residual A/B and bench-fp8. Logs and JSON go to $OUT.
+# validate - the standard report through nox; gpu - the GPU test suite; epilogue - bench-epilogue;
+# ab - the interleaved residual A/B; fp8 - bench-fp8. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -23,10 +23,9 @@ run() {
         cp "$out"/reports/*/summary.md "$out"/reports/*/report.json "$out/" 2>/dev/null ;;
       gpu) step "gpu tests" 170 python3 -m pytest tests/gpu -n 12 -q -rs -p no:cacheprovider \
           --junitxml="$out/gpu-tests.xml" ;;
-      bench)
-        step "residual A/B" 70 python3 scripts/epilogue_ab.py 3
-        step "bench-epilogue" 140 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json"
-        step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
+      ab) step "residual A/B" 70 python3 scripts/epilogue_ab.py 3 ;;
+      epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
+      fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
       *) echo "unknown step $what" ;;
     esac
   done
