@@ -41,6 +41,16 @@ _FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
 # own seconds, off the caller's path); "preload_wait_s" is the time get_kernel waited for one.
 STATS = {"loaded": 0, "compiled": 0, "get_kernel_s": 0.0, "waited_s": 0.0, "first_calls": 0, "first_call_s": 0.0,
          "preloaded": 0, "preload_s": 0.0, "preload_wait_s": 0.0}
+# (time.perf_counter(), event, cache key or "") of the compile/load pipeline, for bench-inductor's
+# timeline: worker pool started, compile submitted / finished in a worker, the caller's waits, loads.
+EVENTS: list = []
+
+
+def _event(what: str, key: str = "") -> None:
+    if len(EVENTS) < 10000:
+        EVENTS.append((time.perf_counter(), what, key))
+
+
 # cute.compile is not thread-safe: one compile or module load at a time per process (use processes
 # to scale). Reentrant: a load may run inside get_kernel called under it.
 _DSL_LOCK = threading.RLock()
@@ -490,8 +500,11 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
         return hit
     t0 = time.perf_counter()
     cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
+    if cg is None and use_disk_cache and key in _PENDING:
+        _event("caller waits for worker", key)
     if cg is None and use_disk_cache and _wait_pending(key):
         STATS["waited_s"] += time.perf_counter() - t0
+        _event("caller's wait ended", key)
         cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
         cg = _compile_fresh(problem, cfg, epilogue, key)
@@ -623,8 +636,9 @@ def warm_precompile_pool() -> None:
     """Start the worker processes now (their DSL import overlaps the caller's work)."""
     pool = _pool()
     if pool is not None:
+        _event("worker pool warm-up")
         for _ in pool.threads:
-            pool.submit(None)
+            pool.submit(None).add_done_callback(lambda f: _event("a worker is ready"))
 
 
 def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
@@ -650,6 +664,9 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
     if pool is None:
         return None
     fut = pool.submit(problem, cfg, epilogue, str(cache_dir()))
+    _event("worker compile submitted", key)
+    fut.add_done_callback(lambda f: _event("worker compile done" if f.exception() is None else "worker compile failed",
+                                           key))
     _PENDING[key] = fut
     preload_async(problem, cfg, epilogue, key)
     return fut
@@ -684,6 +701,7 @@ def _start_runtime() -> None:
 
     for path in runtime.find_runtime_libraries(enable_tvm_ffi=False):
         ctypes.CDLL(path)
+    _event("DSL runtime started here")
 
 
 def background_load_enabled() -> bool:
@@ -730,6 +748,7 @@ def _preload(load: Future, problem, cfg, epilogue, key) -> None:
         t0 = time.perf_counter()
         cg = _load_from_disk(problem, cfg, epilogue, key)
         if cg is not None:
+            _event("loaded in the background", key)
             _MEMORY_CACHE.setdefault(key, cg)
             _PENDING.pop(key, None)
             STATS["preloaded"] += 1

@@ -118,7 +118,11 @@ def _lower(kind: tuple, *args, **kwargs):
         description="unfused GEMM + pointwise ops")
     choices.append(unfused)
     t1 = time.perf_counter()
+    from .. import compiler
+
+    compiler._event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)
+    compiler._event("fused autotune done", name)
     TIMES["fused_autotunes"] += 1
     TIMES["unfused_subgraph_s"] += t1 - t0
     TIMES["fused_autotune_s"] += time.perf_counter() - t1

@@ -136,12 +136,16 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
         cbi.disable()
         clear_feedback_savers()
     ours = {k: round(v - stats0[k], 3) for k, v in dict(compiler.STATS, **lowering.TIMES).items()}
+    # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
+    timeline = [(round(t - t0, 3), what, key[:12]) for t, what, key in compiler.EVENTS if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,
-           "our_kernel_fetches": ours}
+           "our_kernel_fetches": ours, "our_timeline": timeline}
     log(f"{name:14s} {variant:14s} compile {compile_s:7.2f} s  {ms:.4f} ms/call  eager {eager_ms:.4f} ms  "
         f"rel_l2 {err:.2e}  " + "; ".join(f"{w['autotune']}: {w['winner']}" for w in winners.rows))
     log(f"{'':14s} {'':14s} our kernels: {ours}")
+    if timeline:
+        log(f"{'':14s} {'':14s} timeline: " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in timeline))
     return row
 
 
