@@ -4,7 +4,8 @@
 # Steps (any order): load - where a process's first kernel load goes (scripts/dsl_load_timing.py);
 # inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader row;
 # validate - the standard report through nox; gpu - the GPU test suite; epilogue - bench-epilogue;
-# ab - the interleaved residual A/B; fp8 - bench-fp8. Logs and JSON go to $OUT.
+# ab - the interleaved residual A/B; fp8 - bench-fp8; choice - how our Inductor choice times
+# (scripts/inductor_choice_timing.py). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -23,6 +24,7 @@ run() {
         cp "$out"/reports/*/summary.md "$out"/reports/*/report.json "$out/" 2>/dev/null ;;
       gpu) step "gpu tests" 170 python3 -m pytest tests/gpu -n 12 -q -rs -p no:cacheprovider \
           --junitxml="$out/gpu-tests.xml" ;;
+      choice) step "inductor choice timing" 90 python3 scripts/inductor_choice_timing.py ;;
       ab) step "residual A/B" 70 python3 scripts/epilogue_ab.py 3 ;;
       epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;

@@ -13,6 +13,7 @@ The ops are registered for CUDA (they call :func:`cutedsl_backend.gemm` / ``scal
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Optional
 
@@ -50,12 +51,18 @@ def normalize_bias(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return bias
 
 
+@functools.lru_cache(maxsize=256)
+def _config(name: str) -> GemmConfig:
+    """The config a choice names (parsed once: Inductor's benchmark calls the op many times)."""
+    return GemmConfig.from_name(name)
+
+
 def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, fast_accum, kernel_config):
     from .. import ops as eager
 
     scaled, has_bias, has_res = kind
     named = dict(zip(tensor_names(*kind)[2:], tensors))
-    config = GemmConfig.from_name(kernel_config) if kernel_config else None
+    config = _config(kernel_config) if kernel_config else None
     bias = named.get("bias")
     if bias is not None:
         bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
