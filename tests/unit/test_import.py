@@ -27,3 +27,25 @@ def test_custom_ops_exist_once_imported_after_torch():
             "print(torch.ops.cutedsl.gemm.default.name())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "cutedsl::gemm" in out
+
+
+def test_public_op_traces_and_compiles_fullgraph():
+    """torch.ops.cutedsl.gemm (registered with Library.define/impl + register_fake) through
+    torch.compile(fullgraph=True); a CPU kernel stands in for the CUDA one for this test."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend import ops
+
+    lib = torch.library.Library("cutedsl", "FRAGMENT")
+    lib.impl("gemm", lambda a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0,
+             out_dtype=None: alpha * (a @ b) + (0 if bias is None else bias), "CPU")
+    try:
+        assert ops.gemm_op is torch.ops.cutedsl.gemm.default
+        f = torch.compile(lambda x, y, z: torch.ops.cutedsl.gemm(x, y, z) * 2, fullgraph=True)
+        x, y, z = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+        torch.testing.assert_close(f(x, y, z), (x @ y + z) * 2)
+        with torch._subclasses.fake_tensor.FakeTensorMode():  # the fake gives the result's shape
+            assert torch.ops.cutedsl.gemm(torch.empty(3, 8, 16), torch.empty(16, 5)).shape == (3, 8, 5)
+    finally:
+        lib._destroy()
