@@ -1,0 +1,29 @@
+"""bench-inductor's bookkeeping (CPU): which autotune candidates are ours, and the timings it keeps."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+class Choice:
+    def __init__(self, name, description="", decision=None):
+        self.name, self.description = name, description
+        if decision is not None:
+            self.cutedsl_decision = decision
+
+
+def test_winners_tell_our_kernels_from_the_unfused_subgraph():
+    from cutedsl_backend.validation.bench_inductor import _Winners
+
+    ours = Choice("cutedsl_gemm_ab_bias_res_abc", "cutedsl sm90a_cooperative_128x256", decision="k1")
+    unfused = Choice("cutedsl_fused_gemm_ab_bias_res_unfused_0", "unfused GEMM + pointwise ops")
+    aten = Choice("bias_addmm")
+    w = _Winners()
+    w({ours: 0.21, unfused: 0.20, aten: 0.25}, "cutedsl_fused_gemm_ab_bias_res", [], [])
+    (row,) = w.rows
+    # the unfused subgraph's name starts with "cutedsl_" too: it is theirs all the same
+    assert row["best_ours_ms"] == 0.21 and row["best_theirs_ms"] == 0.20
+    assert row["winner"].startswith("cutedsl_fused_gemm_ab_bias_res_unfused_0")
+    assert [t for _, t in row["timings_ms"]] == [0.20, 0.21, 0.25] and row["choices"] == 3
+    w({}, "empty", [], [])  # an autotune without timings adds nothing
+    assert len(w.rows) == 1
