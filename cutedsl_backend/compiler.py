@@ -160,16 +160,18 @@ class CompiledGemm:
         argument structs directly costs a few. The direct path is enabled per kernel only after
         its bytes matched the DSL's own marshalling of a real call; otherwise the DSL path runs.
         """
-        if self._fast is None:
-            self._fast = pack.matches_dsl(ptrs, alpha, beta, stream_handle, views)
+        if self._fast is None:  # the DSL's marshalling, once: not beside a load on the loader thread
+            with _DSL_LOCK:
+                self._fast = pack.matches_dsl(ptrs, alpha, beta, stream_handle, views)
         if self._fast:
             pack.launch(ptrs, alpha, beta, stream_handle)
         else:
             import cuda.bindings.driver as cuda
             from cutlass import Float32
 
-            self._fn(*views(), Float32(alpha), Float32(beta), pack.clusters.value,
-                     cuda.CUstream(stream_handle))
+            with _DSL_LOCK:  # the DSL's own argument path: Python state a load may touch
+                self._fn(*views(), Float32(alpha), Float32(beta), pack.clusters.value,
+                         cuda.CUstream(stream_handle))
 
 
 @functools.lru_cache(None)
@@ -494,7 +496,11 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
     if hit is not None:
         return hit
     cfg, key = _resolve(problem, config, epilogue)
-    hit = _MEMORY_CACHE.get(key) or _wait_preload(key)
+    hit = _MEMORY_CACHE.get(key)
+    if hit is not None:
+        _LOADS.pop(key, None)  # a background load that finished first: nothing left to wait for
+    else:
+        hit = _wait_preload(key)
     if hit is not None:
         _FAST_CACHE[fast_key] = hit
         return hit

@@ -508,8 +508,19 @@ def _gemm_fake(a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=
     return a.new_empty((*batch, a.shape[-2], b.shape[-1]), dtype=dt)
 
 
+def _no_backward(ctx, grad):
+    raise RuntimeError("cutedsl::gemm has no backward (the kernels are for inference and for graphs "
+                       "after autograd): compute gradients with torch.matmul")
+
+
 _LIB = torch.library.Library("cutedsl", "FRAGMENT")
-_LIB.define("gemm" + torch.library.infer_schema(_gemm_op, mutates_args=()))
+_LIB.define("gemm" + torch.library.infer_schema(_gemm_op, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
+# CUDA runs the kernel; other devices reach gemm()'s own checks (an UnsupportedGemmError naming
+# the device rule), not the dispatcher's "no kernel" error
 _LIB.impl("gemm", _gemm_op, "CUDA")
+_LIB.impl("gemm", _gemm_op, "CPU")
 torch.library.register_fake("cutedsl::gemm", _gemm_fake, lib=_LIB)
+# a backward through the op fails loudly (without this, autograd's fallback would only warn and
+# leave the inputs' gradients empty)
+torch.library.register_autograd("cutedsl::gemm", _no_backward, lib=_LIB)
 gemm_op = torch.ops.cutedsl.gemm.default

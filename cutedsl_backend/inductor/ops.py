@@ -129,7 +129,9 @@ _LIB = torch.library.Library("cutedsl", "FRAGMENT")
 def _define(kind: tuple) -> None:
     name = op_name(*kind)
     tensors = tensor_names(*kind)
-    _LIB.define(f"{name}({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor")
+    # no autograd kernel: these ops exist only in graphs after autograd (the fusion pass is post-grad)
+    _LIB.define(f"{name}({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor",
+                tags=(torch.Tag.pt2_compliant_tag,))
 
     def impl(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
         return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,

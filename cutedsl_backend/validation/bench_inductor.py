@@ -104,6 +104,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from .bench import _median_ms
 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
+    saved_loader_env = os.environ.get("CUTEDSL_BACKGROUND_LOAD")
     if variant == NO_LOADER:
         os.environ["CUTEDSL_BACKGROUND_LOAD"] = "0"
     _clear_our_memory_caches()
@@ -135,6 +136,11 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
+        if variant == NO_LOADER:  # the loader is off for this variant only
+            if saved_loader_env is None:
+                os.environ.pop("CUTEDSL_BACKGROUND_LOAD", None)
+            else:
+                os.environ["CUTEDSL_BACKGROUND_LOAD"] = saved_loader_env
     ours = {k: round(v - stats0[k], 3) for k, v in dict(compiler.STATS, **lowering.TIMES).items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
     timeline = [(round(t - t0, 3), what, key[:12]) for t, what, key in compiler.EVENTS if t0 <= t <= t0 + compile_s]

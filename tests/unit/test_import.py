@@ -49,3 +49,25 @@ def test_public_op_traces_and_compiles_fullgraph():
             assert torch.ops.cutedsl.gemm(torch.empty(3, 8, 16), torch.empty(16, 5)).shape == (3, 8, 5)
     finally:
         lib._destroy()
+
+
+def test_public_op_names_the_rule_and_refuses_a_backward():
+    """CPU tensors reach gemm()'s device rule (not the dispatcher's missing-kernel error); a backward
+    through the op raises instead of leaving the gradients empty; the op is tagged PT2-compliant."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend import UnsupportedGemmError, ops
+
+    with pytest.raises(UnsupportedGemmError, match="device: a and b must be CUDA tensors"):
+        torch.ops.cutedsl.gemm(torch.randn(8, 16), torch.randn(16, 4))
+    assert torch.Tag.pt2_compliant_tag in ops.gemm_op.tags
+    lib = torch.library.Library("cutedsl", "FRAGMENT")  # a CPU stand-in for the kernel
+    lib.impl("gemm", lambda a, b, *rest, **kw: a @ b, "CPU")
+    try:
+        x = torch.randn(8, 16, requires_grad=True)
+        y = torch.ops.cutedsl.gemm(x, torch.randn(16, 4))
+        with pytest.raises(RuntimeError, match="has no backward"):
+            y.sum().backward()
+    finally:
+        lib._destroy()
