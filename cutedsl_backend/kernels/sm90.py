@@ -35,7 +35,7 @@ try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
 except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
-from ..configs import EPI_STAGES, RES_STAGES, GemmConfig, epilogue_groups, epilogue_tile
+from ..configs import EPI_STAGES, RES_STAGES, GemmConfig, epilogue_groups, epilogue_tile, promoted_acc_copies
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -81,6 +81,8 @@ class Sm90Gemm:
         self.cfg = cfg
         # fp8 without fast accumulation: add each k-tile's WGMMA result into fp32 registers
         self.promote = promote_fp8
+        # its fp32 accumulator copies: 3 (two alternating k-tile partials) or 2 (one), by tile size
+        self.promoted_copies = promoted_acc_copies(cfg) if promote_fp8 else 1
         self.epilogue = epilogue
         self.acc_dtype = cutlass.Float32
         self.cooperative = cfg.schedule == "cooperative"
@@ -299,7 +301,8 @@ class Sm90Gemm:
             acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
             acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
             part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
-            part2 = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
+            part2 = (cute.make_rmem_tensor(acc_shape, self.acc_dtype)
+                     if self.promote and self.promoted_copies == 3 else None)
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             # epilogue plumbing: this group's smem buffers, barrier and store warp
@@ -387,22 +390,29 @@ class Sm90Gemm:
                 if cutlass.const_expr(self.promote):
                     # fp8, precise: each k-tile's WGMMAs accumulate into a fresh fragment that is
                     # then added to the fp32 accumulator (the tensor cores' fp8 accumulator keeps
-                    # fewer mantissa bits than fp32). Two fragments alternate, so one k-tile's
-                    # WGMMAs run while the previous one is added: the tensor cores never drain.
+                    # fewer mantissa bits than fp32). Where registers allow, two fragments
+                    # alternate, so one k-tile's WGMMAs run while the previous one is added.
                     # (states are reassigned so the DSL carries them through the staged loop)
                     mma_args = (tiled_mma, ab_pipeline, tCrA, tCrB, num_k_blocks)
-                    read_state = _issue_k_tile(*mma_args, read_state, part)
-                    for _k in cutlass.range((k_tiles - 1) // 2, unroll=1):
-                        read_state = _issue_k_tile(*mma_args, read_state, part2)
-                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
-                        read_state = _issue_k_tile(*mma_args, read_state, part)
-                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 1)
-                    if (k_tiles - 1) % 2 == 1:
-                        read_state = _issue_k_tile(*mma_args, read_state, part2)
-                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
-                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 0)
+                    if cutlass.const_expr(self.promoted_copies == 2):
+                        # one partial (a tile too large for two): each k-tile's add waits for its
+                        # WGMMAs; the other warp group's WGMMAs keep the tensor cores busy meanwhile
+                        for _k in cutlass.range(k_tiles, unroll=1):
+                            read_state = _issue_k_tile(*mma_args, read_state, part)
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     else:
-                        release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
+                        read_state = _issue_k_tile(*mma_args, read_state, part)
+                        for _k in cutlass.range((k_tiles - 1) // 2, unroll=1):
+                            read_state = _issue_k_tile(*mma_args, read_state, part2)
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
+                            read_state = _issue_k_tile(*mma_args, read_state, part)
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 1)
+                        if (k_tiles - 1) % 2 == 1:
+                            read_state = _issue_k_tile(*mma_args, read_state, part2)
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 0)
+                        else:
+                            release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     if cutlass.const_expr(not self.cooperative):
                         if idx + num_persistent < total_clusters:
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)

@@ -136,3 +136,20 @@ def test_aligned_residual_arrives_by_tma_and_a_misaligned_one_is_gathered(cfg, r
     assert not tma.resources.spills
     if res_dtype == "bfloat16":
         assert "LDSM" in tma.sass() and "LDSM" not in gathered.sass()
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 192, cluster_m=2), GemmConfig(64, 192, schedule="pingpong")],
+                         ids=lambda c: c.name)
+def test_precise_fp8_with_one_partial_compiles_without_spills(cfg):
+    """Precise fp8 tiles too large for two k-tile partials keep one (promoted_acc_copies 2): the
+    FP8 WGMMA and TMA loads are there and the fp32 sum plus its partial stay in registers."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import promoted_acc_copies
+
+    assert promoted_acc_copies(cfg) == 2
+    k = cb.compile_gemm(1000, 2056, 784, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16",
+                        config=cfg, epilogue=EpilogueSpec(scale_a="row", scale_b="col"), use_cache=False)
+    counts = k.sass_counts()
+    assert counts["QGMMA"] > 0 and counts["UTMALDG"] > 0 and counts["HGMMA"] == 0
+    assert not k.resources.spills and counts["LDL"] == counts["STL"] == 0, k.resources
+    assert k.compile_seconds <= BUDGET["cell_max_s"]

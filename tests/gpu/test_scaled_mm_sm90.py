@@ -36,7 +36,8 @@ def dequant_ref(a, b, sa, sb, **kw):
 @pytest.mark.parametrize("mix", MIXES, ids=lambda m: f"{str(m[0])[-6:]}x{str(m[1])[-6:]}")
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("out", OUT)
-@pytest.mark.parametrize("cfg", [None, GemmConfig(64, 128, schedule="pingpong")], ids=["default", "pingpong"])
+@pytest.mark.parametrize("cfg", [None, GemmConfig(64, 128, schedule="pingpong"), GemmConfig(128, 192, cluster_m=2)],
+                         ids=["default", "pingpong", "coop128x192"])  # precise 128x192: one k-tile partial
 @pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast_accum"])
 def test_scaled_mm_numerics(mix, kind, out, cfg, fast):
     M, N, K = 1000, 2056, 784
@@ -89,5 +90,5 @@ def test_scaled_mm_bad_inputs():
         cb.gemm(a, b)
     with pytest.raises(cb.UnsupportedGemmError, match="float32"):
         cb.scaled_mm(a, b, s.half(), s)
-    with pytest.raises(cb.UnsupportedGemmError, match="three fp32"):
+    with pytest.raises(cb.UnsupportedGemmError, match="at least two fp32"):
         cb.scaled_mm(a, b, s, s, config=GemmConfig(128, 256))  # precise fp8 needs smaller tiles

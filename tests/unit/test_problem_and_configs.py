@@ -235,3 +235,25 @@ def test_static_and_eager_residual_checks_agree():
         static = _residual_aligned(operand_from_fake(res), 3 if batch > 1 else 2, Sizes())
         assert eager == static, (res.shape, res.stride(), res.storage_offset(), batch)
     assert residual_aligned(base3[..., :128].permute(1, 2, 0), 2)  # the rule is not vacuous
+
+
+def test_precise_fp8_accumulator_copies():
+    """Precise fp8 keeps the fp32 sum and k-tile partials: two partials where they fit, else one
+    (a larger tile); tiles that fit neither are refused naming the rule. Defaults stay on the
+    overlapped (three-copy) tiles until the one-partial kind is measured."""
+    from cutedsl_backend.configs import check_config, promoted_acc_copies, rank_configs
+    from cutedsl_backend.problem import make_problem
+
+    assert promoted_acc_copies(GemmConfig(128, 128)) == 3  # 64 registers a copy per thread
+    assert promoted_acc_copies(GemmConfig(128, 192)) == 2
+    assert promoted_acc_copies(GemmConfig(64, 192, schedule="pingpong")) == 2
+    assert promoted_acc_copies(GemmConfig(128, 256)) == 0
+    p = make_problem(8192, 8192, 8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
+    check_config(GemmConfig(128, 192), p)
+    with pytest.raises(UnsupportedGemmError, match="at least two fp32 accumulators, 256 registers"):
+        check_config(GemmConfig(128, 256), p)
+    fast = make_problem(8192, 8192, 8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16", fast_accum=True)
+    check_config(GemmConfig(128, 256), fast)  # fast accumulation keeps one accumulator
+    ranked = rank_configs(p)
+    twos = [i for i, c in enumerate(ranked) if promoted_acc_copies(c) == 2]
+    assert twos and min(twos) > max(i for i, c in enumerate(ranked) if promoted_acc_copies(c) == 3)
