@@ -19,7 +19,7 @@ How (the hooks torch 2.11 and 2.13 share, none of them a patch of torch's own fu
   - lowerings of our own ops (:mod:`.lowering`): autotune fused candidates against the unfused ops.
 Compile cost: the heuristic keeps ``top_k`` configs per GEMM; they compile in worker processes
 while Inductor precompiles its own candidates, and a loader thread brings each into this process as
-soon as it is ready (the DSL runtime's start-up too, from enable() on); kernels are cached on disk
+soon as it is ready (the DSL runtime's start-up too, from the first kernel offered on); kernels are cached on disk
 (``$CUTEDSL_BACKEND_CACHE_DIR``), and so are our autotune decisions (:mod:`.decisions`: a later
 compile of the same GEMM offers only the config that won, or nothing where ours lost); Inductor's
 own autotune cache keeps its timings (choice names carry a build tag, so stale timings are never
@@ -108,7 +108,8 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         from .. import compiler
 
         compiler.warm_precompile_pool()
-        compiler.warm_runtime_async()  # the DSL's start-up here overlaps the compile that follows
+        if compiler.runtime_warmup_at_enable():  # else at the first kernel (see warm_runtime_async)
+            compiler.warm_runtime_async()
     STATE.top_k, STATE.fuse, STATE.ops = int(top_k), bool(fuse), ops
     from .eligibility import default_device_arch
 

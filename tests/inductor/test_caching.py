@@ -176,3 +176,24 @@ def test_loader_can_be_turned_off(loader, monkeypatch):
     assert c.warm_runtime_async() is None and c._LOADS == {}
     assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
     assert loader.loads == ["MainThread"] and c.STATS["loaded"] == 1
+
+
+def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
+    """The DSL's start-up in the compiling process begins when a kernel is first offered (here: one
+    found on disk), once; not at enable() unless CUTEDSL_RUNTIME_WARMUP=enable asks for it."""
+    c = loader.compiler
+    starts = []
+    monkeypatch.setattr(c, "_start_runtime", lambda: starts.append(1))
+    monkeypatch.setattr(c, "_RUNTIME_START", None)
+    meta = tmp_path / "meta.json"
+    meta.write_text("{}")
+    monkeypatch.setattr(c, "_disk_paths", lambda key: (tmp_path / "kernel.o", tmp_path / "kernel.cubin", meta))
+    monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
+    assert not c.runtime_warmup_at_enable()
+    assert c.precompile_async(loader.problem, loader.cfg, loader.spec) is None  # on disk: no compile
+    c._LOADS[loader.key].result(timeout=30)
+    c.warm_runtime_async().result(timeout=30)
+    c.precompile_async(loader.problem, None, loader.spec)  # another kernel: no second start-up
+    assert starts == [1] and loader.loads[0] == "cutedsl-load_0"
+    monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", "enable")
+    assert c.runtime_warmup_at_enable()

@@ -102,3 +102,22 @@ def test_context_manager_and_bad_options(clean):
     with pytest.raises(ValueError, match="top_k"):
         cbi.enable(top_k=0)
     assert not cbi.is_enabled()
+
+
+@pytest.mark.parametrize("warmup", [None, "enable"])
+def test_enable_starts_the_dsl_runtime_only_when_asked(clean, monkeypatch, warmup):
+    """By default the compiling process's DSL start-up waits for the first kernel offered (a compile
+    that needs none of ours pays nothing); CUTEDSL_RUNTIME_WARMUP=enable starts it at enable()."""
+    from cutedsl_backend import compiler
+
+    monkeypatch.setattr(compiler, "driver_available", lambda: True)
+    monkeypatch.setattr(compiler, "_start_runtime", lambda: None)
+    monkeypatch.setattr(compiler, "_RUNTIME_START", None)
+    monkeypatch.setenv("CUTEDSL_PRECOMPILE_WORKERS", "0")
+    monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
+    if warmup:
+        monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", warmup)
+    else:
+        monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
+    cbi.enable(device_arch=as_sm90a)
+    assert (compiler._RUNTIME_START is not None) == (warmup == "enable")
