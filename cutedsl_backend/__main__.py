@@ -57,6 +57,8 @@ def main(argv=None) -> int:
     bi.add_argument("--isolated", action="store_true", help="each block and variant in a fresh process")
     bi.add_argument("--no-loader-row", action="store_true",
                     help="with --isolated: add a cold row with the background loader off (its A/B)")
+    bi.add_argument("--warmup-row", action="store_true",
+                    help="with --isolated: add a cold row with the DSL start-up at enable() (its A/B)")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -141,7 +143,7 @@ def main(argv=None) -> int:
         blocks = tuple(args.blocks.split(","))
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
-                                           no_loader_row=args.no_loader_row)
+                                           no_loader_row=args.no_loader_row, warmup_row=args.warmup_row)
         else:
             rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
                                   kernel_dir=args.kernel_dir, blocks=blocks)

@@ -15,7 +15,7 @@ run() {
     case $what in
       load) step "first kernel load" 90 python3 scripts/dsl_load_timing.py ;;
       inductor)
-        step "bench-inductor out-proj" 200 python3 -m cutedsl_backend bench-inductor --isolated --no-loader-row \
+        step "bench-inductor out-proj" 240 python3 -m cutedsl_backend bench-inductor --isolated --no-loader-row --warmup-row \
           --blocks attn_out_proj --json "$out/bench-inductor-outproj.json"
         step "bench-inductor mlp" 260 python3 -m cutedsl_backend bench-inductor --isolated --blocks mlp \
           --json "$out/bench-inductor-mlp.json" ;;

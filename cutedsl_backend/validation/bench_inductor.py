@@ -7,11 +7,13 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``aten+triton``: max-autotune without us (the baseline);
   - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
   - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
-  - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``).
+  - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``);
+  - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -77,8 +79,27 @@ class _Winners:
             "timings_ms": sorted(([desc(c), timings[c]] for c in timings), key=lambda r: r[1])[:8]})
 
 
-# A cold variant with the background loader off (CUTEDSL_BACKGROUND_LOAD=0): what the loader saves.
+# Cold variants for A/B runs, each with the environment it sets for its compile only: the background
+# loader off (what the loader saves), and the DSL start-up at enable() (session 5's measured default).
 NO_LOADER = "cutedsl cold no-loader"
+ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
+AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"}}
+
+
+@contextlib.contextmanager
+def _variant_env(variant: str):
+    """The environment an A/B variant sets (AB_VARIANTS), for its compile only."""
+    settings = AB_VARIANTS.get(variant, {})
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _clear_our_memory_caches():
@@ -104,9 +125,6 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from .bench import _median_ms
 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
-    saved_loader_env = os.environ.get("CUTEDSL_BACKGROUND_LOAD")
-    if variant == NO_LOADER:
-        os.environ["CUTEDSL_BACKGROUND_LOAD"] = "0"
     _clear_our_memory_caches()
     torch._dynamo.reset()
     winners = _Winners()
@@ -117,7 +135,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
 
     stats0 = dict(compiler.STATS, **lowering.TIMES)
     try:
-        with fresh_cache(), torch.no_grad():
+        with _variant_env(variant), fresh_cache(), torch.no_grad():
             torch.cuda.synchronize()
             t0 = time.perf_counter()  # enable() is timed too: it starts our workers and loader
             if variant != "aten+triton":
@@ -136,11 +154,6 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
-        if variant == NO_LOADER:  # the loader is off for this variant only
-            if saved_loader_env is None:
-                os.environ.pop("CUTEDSL_BACKGROUND_LOAD", None)
-            else:
-                os.environ["CUTEDSL_BACKGROUND_LOAD"] = saved_loader_env
     ours = {k: round(v - stats0[k], 3) for k, v in dict(compiler.STATS, **lowering.TIMES).items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
     timeline = [(round(t - t0, 3), what, key[:12]) for t, what, key in compiler.EVENTS if t0 <= t <= t0 + compile_s]
@@ -168,7 +181,7 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
             continue
         base = None
         for variant in variants:
-            cold_dir = os.path.join(kernel_dir, name + ("-no-loader" if variant == NO_LOADER else ""))
+            cold_dir = os.path.join(kernel_dir, name + ("-" + variant.split()[-1] if variant in AB_VARIANTS else ""))
             row = _run_variant(name, mod, args, variant, cold_dir if variant != "aten+triton" else
                                os.path.join(kernel_dir, "unused"), log)
             if variant == "aten+triton":
@@ -183,12 +196,14 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
-                            blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False) -> list:
+                            blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False,
+                            warmup_row: bool = False) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
     baseline shows the run-to-run spread. Ratios against the mean of the two baselines.
-    ``no_loader_row`` adds a cold row with the background loader off before the last baseline."""
+    ``no_loader_row`` adds a cold row with the background loader off, ``warmup_row`` one with the
+    DSL start-up at enable(), both before the last baseline."""
     import json
     import subprocess
     import sys
@@ -198,6 +213,7 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
     for block in blocks:
         block_rows = []
         order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((NO_LOADER,) if no_loader_row else ()) + (
+            (ENABLE_WARMUP,) if warmup_row else ()) + (
             "aten+triton",)
         for variant in order:
             out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")

@@ -27,3 +27,20 @@ def test_winners_tell_our_kernels_from_the_unfused_subgraph():
     assert [t for _, t in row["timings_ms"]] == [0.20, 0.21, 0.25] and row["choices"] == 3
     w({}, "empty", [], [])  # an autotune without timings adds nothing
     assert len(w.rows) == 1
+
+
+def test_ab_variants_set_their_environment_for_their_compile_only(monkeypatch):
+    import os
+
+    from cutedsl_backend.validation.bench_inductor import ENABLE_WARMUP, NO_LOADER, _variant_env
+
+    monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
+    monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", "first-kernel")
+    with _variant_env(NO_LOADER):
+        assert os.environ["CUTEDSL_BACKGROUND_LOAD"] == "0"
+    with _variant_env(ENABLE_WARMUP):
+        assert os.environ["CUTEDSL_RUNTIME_WARMUP"] == "enable"
+    assert "CUTEDSL_BACKGROUND_LOAD" not in os.environ and os.environ["CUTEDSL_RUNTIME_WARMUP"] == "first-kernel"
+    with _variant_env("cutedsl warm"):  # not an A/B variant: nothing set
+        assert "CUTEDSL_BACKGROUND_LOAD" not in os.environ
+    assert "," not in NO_LOADER + ENABLE_WARMUP  # --variants splits on commas
