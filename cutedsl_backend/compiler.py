@@ -689,6 +689,19 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
 _LOADER = None  # ThreadPoolExecutor with one thread, made on first use
 # cache key -> the loader's load of it (a CompiledGemm, or None where it could not load)
 _LOADS: dict[str, Future] = {}
+# bumped by forget_background_work: loads queued before it do not fill the memory cache
+_GENERATION = 0
+
+
+def forget_background_work() -> None:
+    """Drop this process's memory caches and its pending compiles and loads (benchmarks start
+    each variant afresh): work still under way finishes without filling the caches again."""
+    global _GENERATION
+    _GENERATION += 1
+    _MEMORY_CACHE.clear()
+    _FAST_CACHE.clear()
+    _PENDING.clear()
+    _LOADS.clear()
 
 
 def _loader():
@@ -752,9 +765,13 @@ def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> 
         return _LOADS.get(key)
     load: Future = Future()
     _LOADS[key] = load
+    generation = _GENERATION
 
     def queue(_done=None):
-        _loader().submit(_preload, load, problem, cfg, epilogue, key)
+        try:
+            _loader().submit(_preload, load, problem, cfg, epilogue, key, generation)
+        except RuntimeError:  # the interpreter is shutting down: nobody will ask for it
+            load.cancel()
 
     compiling = _PENDING.get(key)
     if compiling is None:
@@ -764,13 +781,15 @@ def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> 
     return load
 
 
-def _preload(load: Future, problem, cfg, epilogue, key) -> None:
+def _preload(load: Future, problem, cfg, epilogue, key, generation: int) -> None:
     if not load.set_running_or_notify_cancel():  # get_kernel took the job back
         return
     try:
         compiling = _PENDING.get(key)
-        if compiling is not None and compiling.exception() is not None:
-            load.set_result(None)  # get_kernel reports the failure and compiles in the caller
+        if generation != _GENERATION or (compiling is not None and compiling.exception() is not None):
+            # forgotten (forget_background_work), or the worker failed: get_kernel reports that
+            # failure and compiles in the caller
+            load.set_result(None)
             return
         t0 = time.perf_counter()
         cg = _load_from_disk(problem, cfg, epilogue, key)

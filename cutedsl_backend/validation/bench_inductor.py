@@ -105,10 +105,7 @@ def _variant_env(variant: str):
 def _clear_our_memory_caches():
     from .. import compiler, ops
 
-    compiler._MEMORY_CACHE.clear()
-    compiler._FAST_CACHE.clear()
-    compiler._PENDING.clear()
-    compiler._LOADS.clear()
+    compiler.forget_background_work()
     if hasattr(ops._TLS, "plans"):
         ops._TLS.plans.clear()
 

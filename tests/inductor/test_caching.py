@@ -197,3 +197,15 @@ def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     assert starts == [1] and loader.loads[0] == "cutedsl-load_0"
     monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", "enable")
     assert c.runtime_warmup_at_enable()
+
+
+def test_forgotten_loads_do_not_fill_the_cache(loader):
+    """A load queued before forget_background_work (a benchmark starting its next variant) finishes
+    without putting its kernel in the fresh memory cache."""
+    c = loader.compiler
+    compiling = loader.Future()
+    c._PENDING[loader.key] = compiling
+    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    c.forget_background_work()
+    compiling.set_result((loader.key, 1.0, ""))
+    assert load.result(timeout=30) is None and loader.key not in c._MEMORY_CACHE and loader.loads == []
