@@ -2,7 +2,8 @@
 # Session 5's device calls. From the repository root:
 #   source .device-carry/on-device.sh && bash scripts/h200-session5.sh load inductor
 # Steps (any order): load - where a process's first kernel load goes (scripts/dsl_load_timing.py);
-# inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader row;
+# inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader and
+# warmup-at-enable rows;
 # validate - the standard report through nox; gpu - the GPU test suite; epilogue - bench-epilogue;
 # ab - the interleaved residual A/B; fp8 - bench-fp8; choice - how our Inductor choice times
 # (scripts/inductor_choice_timing.py). Logs and JSON go to $OUT.
