@@ -5,7 +5,8 @@
 # inductor - bench-inductor --isolated on both blocks, the out-projection with the no-loader and
 # warmup-at-enable rows;
 # validate - the standard report through nox; gpu - the GPU test suite; epilogue - bench-epilogue;
-# ab - the interleaved residual A/B; fp8 - bench-fp8; choice - how our Inductor choice times
+# ab - the interleaved residual A/B; fp8 - bench-fp8; sweepfp8 - sweep-fp8 (every valid config,
+# the one-partial precise tiles included); choice - how our Inductor choice times
 # (scripts/inductor_choice_timing.py). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
@@ -29,6 +30,7 @@ run() {
       ab) step "residual A/B" 70 python3 scripts/epilogue_ab.py 3 ;;
       epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
+      sweepfp8) step "sweep-fp8" 420 python3 -m cutedsl_backend sweep-fp8 --json "$out/sweep-fp8.json" ;;
       *) echo "unknown step $what" ;;
     esac
   done
