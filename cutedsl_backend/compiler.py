@@ -506,11 +506,8 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
         return hit
     t0 = time.perf_counter()
     cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
-    if cg is None and use_disk_cache and key in _PENDING:
-        _event("caller waits for worker", key)
     if cg is None and use_disk_cache and _wait_pending(key):
         STATS["waited_s"] += time.perf_counter() - t0
-        _event("caller's wait ended", key)
         cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
         cg = _compile_fresh(problem, cfg, epilogue, key)
@@ -827,8 +824,10 @@ def _wait_pending(key: str) -> bool:
     fut = _PENDING.pop(key, None)
     if fut is None:
         return False
+    _event("caller waits for worker", key)
     try:
         fut.result()
+        _event("caller's wait ended", key)
         return True
     except Exception as e:  # the caller compiles in this process instead
         log.warning("worker compile of %s failed (%s: %s); compiling here", key, type(e).__name__, e)

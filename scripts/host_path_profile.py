@@ -8,26 +8,20 @@ Inductor op (torch.ops.cutedsl.gemm_ab_bias_res).
 
 import cProfile
 import pstats
-import time
 
 import torch
 
 import cutedsl_backend as cb
 from cutedsl_backend import ops
 from cutedsl_backend.inductor import ops as iops
+from cutedsl_backend.validation.bench import host_us_per_call
 
 CFG = "sm90a_cooperative_128x256xauto_c2x1_sauto_rm8"
 
 
 def host_us(fn, calls=300):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return t
+    fn()  # warm: the first call of a geometry plans it
+    return host_us_per_call(fn, calls)
 
 
 def main():

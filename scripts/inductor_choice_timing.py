@@ -19,19 +19,9 @@ from torch._inductor.runtime.benchmarking import benchmarker
 import cutedsl_backend as cb
 from cutedsl_backend.configs import GemmConfig
 from cutedsl_backend.inductor import ops as iops
-from cutedsl_backend.validation.bench import _graph_ms
+from cutedsl_backend.validation.bench import _graph_ms, host_us_per_call
 
 CFG = "sm90a_cooperative_128x256xauto_c2x1_sauto_rm8"
-
-
-def host_us(fn, calls=200):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return t
 
 
 def with_gil_hog(fn):
@@ -68,9 +58,9 @@ def main():
     for name, fn in fns.items():
         fn()
         row = {"graph_ms": _graph_ms(fn), "benchmark_gpu_ms": benchmarker.benchmark_gpu(fn),
-               "host_us_per_call": host_us(fn),
+               "host_us_per_call": host_us_per_call(fn),
                "benchmark_gpu_ms_gil_hog": with_gil_hog(lambda: benchmarker.benchmark_gpu(fn)),
-               "host_us_per_call_gil_hog": with_gil_hog(lambda: host_us(fn))}
+               "host_us_per_call_gil_hog": with_gil_hog(lambda: host_us_per_call(fn))}
         out[name] = row
         print(name, json.dumps({k: round(v, 4) for k, v in row.items()}), flush=True)
     ours, ref = fns["op (as Inductor calls it)"], fns["unfused addmm + add"]

@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from .. import compiler
 from . import decisions, ops
 from .choices import autotuning, bind, offer_for, suppress
 from .eligibility import Sizes, operand_from_ir
@@ -118,8 +119,6 @@ def _lower(kind: tuple, *args, **kwargs):
         description="unfused GEMM + pointwise ops")
     choices.append(unfused)
     t1 = time.perf_counter()
-    from .. import compiler
-
     compiler._event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)
     compiler._event("fused autotune done", name)

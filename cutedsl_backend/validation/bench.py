@@ -263,6 +263,19 @@ def sweep_fp8(m, n, k, log=print) -> dict:
     return result
 
 
+def host_us_per_call(fn, calls: int = 200) -> float:
+    """Host microseconds per call of ``fn`` (launches only: timed before the queue drains)."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return t
+
+
 def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
     """Host time per eager call on a tiny problem (the GPU is never the bottleneck here)."""
     import torch
@@ -277,12 +290,7 @@ def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
     cb.gemm(a, b, out=out)
 
     def timeit(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n_calls):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / n_calls * 1e6
+        return host_us_per_call(fn, n_calls)
 
     res = {
         "torch_matmul_us": timeit(lambda: torch.matmul(a, b, out=out)),

@@ -156,11 +156,11 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     device together, so the op's own host cost must stay small (torch.library.custom_op's wrapper
     once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs). Medians of 5 x 200 calls."""
     import statistics
-    import time
 
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig
     from cutedsl_backend.inductor import ops as iops
+    from cutedsl_backend.validation.bench import host_us_per_call
 
     name = "sm90a_cooperative_128x256xauto_c2x1_sauto_rm8"
     x = torch.randn(1024, 1024, device="cuda").bfloat16()
@@ -169,15 +169,6 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     op = iops.overload(False, True, True)
     cfg = GemmConfig.from_name(name)
 
-    def host_us(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn()
-        t = (time.perf_counter() - t0) / 200 * 1e6
-        torch.cuda.synchronize()
-        return t
-
     fns = {"eager": lambda: cb.gemm(x, b, bias=bias, residual=res, config=cfg),
            "op": lambda: op(x, b, bias, res, kernel_config=name)}
     runs = {k: [] for k in fns}
@@ -185,7 +176,7 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
         fn()
     for _ in range(5):  # alternated, so CPU load from other tests hits both alike
         for k, fn in fns.items():
-            runs[k].append(host_us(fn))
+            runs[k].append(host_us_per_call(fn, 200))
     eager, via_op = statistics.median(runs["eager"]), statistics.median(runs["op"])
     torch.testing.assert_close(op(x, b, bias, res, kernel_config=name).float(),
                                cb.gemm(x, b, bias=bias, residual=res, config=cfg).float())
