@@ -45,6 +45,8 @@ def main(argv=None) -> int:
     se.add_argument("--json")
     sf = sub.add_parser("sweep-fp8", help="scaled_mm on every valid config, both scalings and modes (tuning)")
     sf.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
+    sf.add_argument("--configs", help="only configs whose name contains one of these (comma-separated)")
+    sf.add_argument("--modes", default="fast,precise", help="fast, precise or both (comma-separated)")
     sf.add_argument("--json")
     bi = sub.add_parser("bench-inductor", help="torch.compile max-autotune blocks with/without our candidates")
     bi.add_argument("--tokens", type=int, default=4096)
@@ -120,7 +122,9 @@ def main(argv=None) -> int:
             only = args.variants.split(",") if args.variants else None
             res = {args.shape: sweep_epilogue(m, n, k, args.dtype, only=only)}
         else:
-            res = {"x".join(map(str, s)): sweep_fp8(*s) for s in _shapes(args.shapes)}
+            only = args.configs.split(",") if args.configs else None
+            modes = tuple(m == "fast" for m in args.modes.split(","))
+            res = {"x".join(map(str, s)): sweep_fp8(*s, only=only, modes=modes) for s in _shapes(args.shapes)}
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(res, f, indent=1)

@@ -7,7 +7,9 @@
 # validate - the standard report through nox; gpu - the GPU test suite; epilogue - bench-epilogue;
 # ab - the interleaved residual A/B; fp8 - bench-fp8; sweepfp8 - sweep-fp8 (every valid config,
 # the one-partial precise tiles included); choice - how our Inductor choice times
-# (scripts/inductor_choice_timing.py). Logs and JSON go to $OUT.
+# (scripts/inductor_choice_timing.py); (session 6) inductor-rows - bench-inductor on both blocks, default
+# rows; host - scripts/host_path_profile.py; optest - the op host-time GPU test alone;
+# sweepfp8-partial - sweep-fp8, precise mode, the one-partial tiles beside the overlapped ones. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -26,6 +28,16 @@ run() {
         cp "$out"/reports/*/summary.md "$out"/reports/*/report.json "$out/" 2>/dev/null ;;
       gpu) step "gpu tests" 170 python3 -m pytest tests/gpu -n 12 -q -rs -p no:cacheprovider \
           --junitxml="$out/gpu-tests.xml" ;;
+      inductor-rows)  # both blocks, default rows only (aten+triton twice, cold, warm)
+        step "bench-inductor both blocks" 300 python3 -m cutedsl_backend bench-inductor --isolated \
+          --json "$out/bench-inductor.json" ;;
+      host) step "host path profile" 60 python3 scripts/host_path_profile.py ;;
+      optest) step "op host-time test" 60 python3 -m pytest -q -p no:cacheprovider \
+          "tests/gpu/test_inductor_sm90.py::test_our_op_adds_little_host_time_over_the_eager_call" ;;
+      sweepfp8-partial)  # the precise tiles that keep one k-tile partial, beside the top overlapped ones
+        step "sweep-fp8 one-partial tiles" 200 python3 -m cutedsl_backend sweep-fp8 --modes precise \
+          --configs cooperative_128x192,pingpong_64x192,cooperative_128x128,cooperative_128x256 \
+          --json "$out/sweep-fp8-partial.json" ;;
       choice) step "inductor choice timing" 90 python3 scripts/inductor_choice_timing.py ;;
       ab) step "residual A/B" 70 python3 scripts/epilogue_ab.py 3 ;;
       epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;

@@ -117,7 +117,9 @@ def _lower(kind: tuple, *args, **kwargs):
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
         description="unfused GEMM + pointwise ops")
-    choices.append(unfused)
+    # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
+    # (in this process) overlaps our kernels' compiles in the workers instead of following them
+    choices.insert(0, unfused)
     t1 = time.perf_counter()
     compiler._event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)

@@ -230,8 +230,9 @@ def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=
                           peers, log)
 
 
-def sweep_fp8(m, n, k, log=print) -> dict:
-    """scaled_mm e4m3 -> bf16 on every valid config, tensorwise/rowwise x fast/precise, beside
+def sweep_fp8(m, n, k, log=print, only=None, modes=(True, False)) -> dict:
+    """scaled_mm e4m3 -> bf16 on every valid config (``only``: those whose name contains one of
+    these strings), tensorwise/rowwise x fast/precise (``modes``: the fast_accum values), beside
     torch._scaled_mm in the same mode."""
     import torch
 
@@ -247,9 +248,10 @@ def sweep_fp8(m, n, k, log=print) -> dict:
     scales = {"tensorwise": (torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")),
               "rowwise": (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)}
     result = {}
-    for fast in (True, False):
+    for fast in modes:
         problem = GemmProblem(m, n, k, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", fast_accum=fast)
-        cfgs = [c for c in valid_configs(problem) if c.raster == "n"]
+        cfgs = [c for c in valid_configs(problem) if c.raster == "n"
+                and (not only or any(s in c.name for s in only))]
         variants = {kind: (EpilogueSpec(scale_a="scalar" if kind == "tensorwise" else "row",
                                         scale_b="scalar" if kind == "tensorwise" else "col"),
                            dict(sa=sa, sb=sb)) for kind, (sa, sb) in scales.items()}

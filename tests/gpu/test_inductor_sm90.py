@@ -154,8 +154,9 @@ def test_scaled_mm_candidates(backend, scaling):
 def test_our_op_adds_little_host_time_over_the_eager_call():
     """Inductor calls our kernels through torch.ops.cutedsl.gemm_ab*; its benchmark times host and
     device together, so the op's own host cost must stay small (torch.library.custom_op's wrapper
-    once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs). Medians of 5 x 200 calls."""
-    import statistics
+    once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs). Best of 7 x 200 calls,
+    alternated: under pytest-xdist other tests load the CPU, and load only ever adds time (medians
+    of 5 rounds read 150 vs 104 us on the H200 machine under -n 12)."""
 
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig
@@ -174,10 +175,10 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     runs = {k: [] for k in fns}
     for fn in fns.values():
         fn()
-    for _ in range(5):  # alternated, so CPU load from other tests hits both alike
+    for _ in range(7):
         for k, fn in fns.items():
             runs[k].append(host_us_per_call(fn, 200))
-    eager, via_op = statistics.median(runs["eager"]), statistics.median(runs["op"])
+    eager, via_op = min(runs["eager"]), min(runs["op"])
     torch.testing.assert_close(op(x, b, bias, res, kernel_config=name).float(),
                                cb.gemm(x, b, bias=bias, residual=res, config=cfg).float())
     assert via_op <= eager + 40, (via_op, eager)
