@@ -61,6 +61,8 @@ def main(argv=None) -> int:
                     help="with --isolated: add a cold row with the background loader off (its A/B)")
     bi.add_argument("--warmup-row", action="store_true",
                     help="with --isolated: add a cold row with the DSL start-up at enable() (its A/B)")
+    bi.add_argument("--timing-row", action="store_true",
+                    help="with --isolated: add a cold row with Inductor's own timing of the fused autotunes (its A/B)")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -147,7 +149,8 @@ def main(argv=None) -> int:
         blocks = tuple(args.blocks.split(","))
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
-                                           no_loader_row=args.no_loader_row, warmup_row=args.warmup_row)
+                                           no_loader_row=args.no_loader_row, warmup_row=args.warmup_row,
+                                           timing_row=args.timing_row)
         else:
             rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
                                   kernel_dir=args.kernel_dir, blocks=blocks)

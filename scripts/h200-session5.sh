@@ -9,7 +9,8 @@
 # the one-partial precise tiles included); choice - how our Inductor choice times
 # (scripts/inductor_choice_timing.py); (session 6) inductor-rows - bench-inductor on both blocks, default
 # rows; host - scripts/host_path_profile.py; optest - the op host-time GPU test alone;
-# sweepfp8-partial - sweep-fp8, precise mode, the one-partial tiles beside the overlapped ones. Logs and JSON go to $OUT.
+# sweepfp8-partial - sweep-fp8, precise mode, the one-partial tiles beside the overlapped ones;
+# inductor-timing - both blocks with the Inductor-timing A/B row; gpu-inductor - tests/gpu/test_inductor_sm90.py. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -31,6 +32,11 @@ run() {
       inductor-rows)  # both blocks, default rows only (aten+triton twice, cold, warm)
         step "bench-inductor both blocks" 300 python3 -m cutedsl_backend bench-inductor --isolated \
           --json "$out/bench-inductor.json" ;;
+      inductor-timing)  # both blocks with the Inductor-timing A/B row
+        step "bench-inductor both blocks, timing A/B" 330 python3 -m cutedsl_backend bench-inductor --isolated \
+          --timing-row --json "$out/bench-inductor-timing.json" ;;
+      gpu-inductor) step "gpu tests (inductor)" 200 python3 -m pytest tests/gpu/test_inductor_sm90.py -n 4 -q -rs \
+          -p no:cacheprovider --junitxml="$out/gpu-inductor-tests.xml" ;;
       host) step "host path profile" 60 python3 scripts/host_path_profile.py ;;
       optest) step "op host-time test" 60 python3 -m pytest -q -p no:cacheprovider \
           "tests/gpu/test_inductor_sm90.py::test_our_op_adds_little_host_time_over_the_eager_call" ;;

@@ -5,7 +5,9 @@ ops with ``kernel_config=''``. Its lowering benchmarks, in one ``autotune_select
   - our kernel with each config the heuristic keeps (extern choices, compiled in worker
     processes while Inductor precompiles its own candidates), and
   - the unfused computation (``ops.reference``: the GEMM and the pointwise ops as the graph had
-    them) as a subgraph choice.
+    them) as a subgraph choice,
+all timed on the device from CUDA graphs (:mod:`.device_timing`: Inductor's own timing of a call
+includes its host time, which the CPU load of a compile inflates for our op).
 If the unfused computation wins, it is inlined into the graph and Inductor lowers it as if we were
 not there (its own GEMM autotuning, its Triton fusion of the pointwise ops). An op with a
 ``kernel_config`` (or a compile without max-autotune) becomes a plain fallback kernel.
@@ -26,7 +28,7 @@ import time
 import torch
 
 from .. import compiler
-from . import decisions, ops
+from . import decisions, device_timing, ops
 from .choices import autotuning, bind, offer_for, suppress
 from .eligibility import Sizes, operand_from_ir
 from .state import STATE
@@ -117,6 +119,13 @@ def _lower(kind: tuple, *args, **kwargs):
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
         description="unfused GEMM + pointwise ops")
+    if device.type == "cuda" and device_timing.enabled():
+        why_not = device_timing.install_on_subgraph(unfused)
+        if why_not is None:
+            for caller in choices:
+                device_timing.install_on_ours(caller, ops.overload(*kind), caller.kwargs)
+        else:
+            log.debug("cutedsl: %s: Inductor's own timing (%s)", name, why_not)
     # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
     # (in this process) overlaps our kernels' compiles in the workers instead of following them
     choices.insert(0, unfused)

@@ -8,7 +8,9 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
   - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
   - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``);
-  - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``).
+  - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``);
+  - ``cutedsl cold inductor-timing``: cold with the fused autotunes timed by Inductor instead of
+    from CUDA graphs (``--timing-row``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class _Winners:
 # loader off (what the loader saves), and the DSL start-up at enable() (session 5's measured default).
 NO_LOADER = "cutedsl cold no-loader"
 ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
-AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"}}
+INDUCTOR_TIMING = "cutedsl cold inductor-timing"
+AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},
+               INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"}}
 
 
 @contextlib.contextmanager
@@ -128,9 +132,9 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     add_feedback_saver(winners)
     fallbacks0 = iops.fallback_count
     from .. import compiler
-    from ..inductor import lowering
+    from ..inductor import device_timing, lowering
 
-    stats0 = dict(compiler.STATS, **lowering.TIMES)
+    stats0 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
     try:
         with _variant_env(variant), fresh_cache(), torch.no_grad():
             torch.cuda.synchronize()
@@ -151,7 +155,8 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
-    ours = {k: round(v - stats0[k], 3) for k, v in dict(compiler.STATS, **lowering.TIMES).items()}
+    stats1 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
+    ours = {k: round(v - stats0[k], 3) for k, v in stats1.items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
     timeline = [(round(t - t0, 3), what, key[:12]) for t, what, key in compiler.EVENTS if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
@@ -194,13 +199,14 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                             blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False,
-                            warmup_row: bool = False) -> list:
+                            warmup_row: bool = False, timing_row: bool = False) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
     baseline shows the run-to-run spread. Ratios against the mean of the two baselines.
     ``no_loader_row`` adds a cold row with the background loader off, ``warmup_row`` one with the
-    DSL start-up at enable(), both before the last baseline."""
+    DSL start-up at enable(), ``timing_row`` one with Inductor's timing of the fused autotunes, all
+    before the last baseline."""
     import json
     import subprocess
     import sys
@@ -210,7 +216,7 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
     for block in blocks:
         block_rows = []
         order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((NO_LOADER,) if no_loader_row else ()) + (
-            (ENABLE_WARMUP,) if warmup_row else ()) + (
+            (ENABLE_WARMUP,) if warmup_row else ()) + ((INDUCTOR_TIMING,) if timing_row else ()) + (
             "aten+triton",)
         for variant in order:
             out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")
