@@ -1,36 +1,40 @@
-"""Device-time benchmarks for the fused autotune: every candidate replayed from a CUDA graph.
+"""Device-time benchmarks for the fused autotune, safe from a compile's CPU load.
 
-Inductor times an extern choice by calling it back to back between CUDA events, so a candidate
-whose host time per call nears its kernel time is timed by its host. During a compile the CPU is
-shared with Dynamo, Inductor's compile workers and ours, and our op's host time per call (Python
-argument checks and launch, ~70 us on the H200 machine against ~20 us for ``addmm``) then exceeds
-a 4096^3 GEMM's 0.2 ms: the fused bias+residual measured 0.41 ms there against 0.19-0.21 ms on the
-device, and lost to the unfused ops. The graph a compiled model runs under ``mode="max-autotune"``
-(CUDA graphs on) pays no per-call host time at all, so the fused autotune times what the model
-will pay: device time, for *every* candidate in it - ours and the unfused subgraph alike, so
-neither side gets a warmer cache or fewer launch gaps than the other.
+Inductor times a choice by queuing, per iteration, an L2 flush, a start event, the call and an
+end event, and keeps the fastest iteration. When the host time of a call nears the kernel's, the
+GPU drains between iterations and the events time the host. During a compile the CPU is shared
+with Dynamo, Inductor's compile workers and ours, and our op's host time per call (argument
+checks and launch in Python, ~70 us on the H200 machine against ~20 us for ``addmm``) then
+exceeded a 4096^3 GEMM's 0.2 ms: our fused bias+residual measured 0.41 ms there against 0.19 ms
+on the device, and lost.
 
-Torch 2.13 has a ``_benchmark_with_cudagraphs`` flag for some choices; 2.11 (the GPU machine) has
-none, so the timing here is ours and the same on both: each choice's ``benchmark`` is replaced on
-that choice object only (no torch code is patched). ``CUTEDSL_FUSED_TIMING=inductor`` keeps
-Inductor's own timing (the A/B).
+Here every candidate of a fused autotune - ours and the unfused subgraph alike - is timed the way
+Inductor times it (same flush, same per-iteration events, fastest iteration, same duration
+budget), but all iterations are queued behind a GPU sleep that outlasts their queuing, so the GPU
+runs them back to back however slowly this thread gets the CPU. (Timing replays of a CUDA graph
+of back-to-back calls, without flushes, was tried first and changed the ranking: on the MLP
+down-projection, 4096 x 4096 x 14336 bf16, our fused bias+residual measured 0.677 ms that way and
+0.621 ms Inductor's way, the unfused ops 0.619 and 0.611; the cause was not isolated.)
+
+Each choice's ``benchmark`` is replaced on that choice object only (no torch code is patched): the
+same on torch 2.11 and 2.13. ``CUTEDSL_FUSED_TIMING=inductor`` keeps Inductor's timing (the A/B).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import statistics
+import time
 from typing import Callable, Optional
 
 log = logging.getLogger("cutedsl_backend.inductor")
-# choices timed from a CUDA graph / fallen back to Inductor's timing (bench-inductor and tests read it)
-COUNTS = {"graph_timed": 0, "fallbacks": 0}
+# choices timed here / fallen back to Inductor's timing (bench-inductor and tests read it)
+COUNTS = {"device_timed": 0, "fallbacks": 0}
 
 
 def enabled() -> bool:
-    """Graph timing of fused autotunes: on unless $CUTEDSL_FUSED_TIMING is "inductor"."""
-    return os.environ.get("CUTEDSL_FUSED_TIMING", "graph").strip().lower() != "inductor"
+    """Queued device timing of fused autotunes: on unless $CUTEDSL_FUSED_TIMING is "inductor"."""
+    return os.environ.get("CUTEDSL_FUSED_TIMING", "queued").strip().lower() != "inductor"
 
 
 _CYCLES_PER_MS: list = []  # the GPU sleep's calibration, measured once per process
@@ -50,50 +54,59 @@ def _cycles_per_ms() -> float:
     return _CYCLES_PER_MS[0]
 
 
-def graph_ms_per_call(fn: Callable[[], object], calls: int = 10, replays: int = 10) -> float:
-    """Median device milliseconds per call of ``fn``, captured ``calls`` times in one CUDA graph
-    and replayed ``replays`` times, each replay between its own pair of events.
-
-    The replays are queued behind a GPU sleep that outlasts their queuing (checked: the sleep must
-    still run when the last one is queued, else it is retried four times as long), so they run
-    back to back however slowly this thread gets the CPU: an idle GPU between two events would
-    count host time. ``fn`` runs once outside the capture first (first-call work: loads, caches)."""
+def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
+    """``iters`` iterations of (L2 flush, start event, ``fn``, end event), queued behind a GPU
+    sleep sized from the host's pace; retried with a 4x longer sleep (three times) while the
+    sleep ended before the last iteration was queued. Returns (event times in ms, host ms per
+    iteration)."""
     import torch
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()  # warm: first replay uploads the graph
-    sleep_ms = 5.0
-    for _attempt in range(4):
+    sleep_ms = min(max(2.0, 1.5 * iters * host_ms_per_iter), 1000.0)
+    for attempt in range(4):
         gate = torch.cuda.Event()
         torch.cuda._sleep(int(sleep_ms * _cycles_per_ms()))
         gate.record()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(replays)]
-        for start, end in events:
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        t0 = time.perf_counter()
+        for start, end in pairs:
+            flush.zero_()
             start.record()
-            graph.replay()
+            fn()
             end.record()
+        host_ms = (time.perf_counter() - t0) * 1e3 / iters
         queued_in_time = not gate.query()
         torch.cuda.synchronize()
         if queued_in_time:
             break
-        sleep_ms *= 4
+        if attempt < 3:
+            sleep_ms *= 4
     else:
-        log.debug("cutedsl: graph timing: the replays outran a %.0f ms GPU sleep; timed anyway", sleep_ms / 4)
-    return statistics.median(s.elapsed_time(e) for s, e in events) / calls
+        log.debug("cutedsl: device timing: %d iterations outran a %.0f ms GPU sleep", iters, sleep_ms)
+    return [s.elapsed_time(e) for s, e in pairs], host_ms
+
+
+def device_ms_per_call(fn: Callable[[], object], max_duration_ms: float = 25.0, max_iters: int = 100) -> float:
+    """Fastest device milliseconds of ``fn`` over Inductor's benchmark iterations (an L2 flush
+    before each; as many as fit ``max_duration_ms``, at most ``max_iters``), with the host's pace
+    kept out of the events (see the module docstring). ``fn`` runs once first, synchronized."""
+    import torch
+
+    torch.cuda.synchronize()
+    fn()
+    torch.cuda.synchronize()
+    l2_bytes = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 50 << 20
+    flush = torch.empty(l2_bytes // 4, dtype=torch.int, device="cuda")
+    flush.zero_()
+    estimate, host_ms = _queued_times(fn, flush, 5, 0.5)
+    best = min(estimate)
+    iters = max(1, min(max_iters, int(max_duration_ms // best))) if best > 0 else max_iters
+    times, _ = _queued_times(fn, flush, iters, host_ms)
+    return min(best, min(times))
 
 
 def _install(choice, run: Callable[[tuple], object], copy_to_out: bool) -> None:
-    """Replace ``choice.benchmark`` (on this object) by a graph timing of ``run(args)``; where the
-    capture fails, the choice keeps Inductor's timing and a warning says so."""
+    """Replace ``choice.benchmark`` (on this object) by :func:`device_ms_per_call` of ``run(args)``;
+    where that fails, the choice keeps Inductor's timing and a warning says so."""
     inductor_benchmark = choice.benchmark
 
     def benchmark(*args, out):
@@ -102,20 +115,20 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool) -> None:
         try:
             if copy_to_out and out is not None:
                 out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
-            ms = graph_ms_per_call(lambda: run(args))
-            COUNTS["graph_timed"] += 1
+            ms = device_ms_per_call(lambda: run(args))
+            COUNTS["device_timed"] += 1
             return ms
-        except Exception as e:  # noqa: BLE001 - any capture failure: fall back, say so
+        except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
             import torch
 
             torch.cuda.synchronize()
             COUNTS["fallbacks"] += 1
-            log.warning("cutedsl: %s could not be timed from a CUDA graph (%s: %s); Inductor's timing used",
+            log.warning("cutedsl: %s could not be timed on the device (%s: %s); Inductor's timing used",
                         getattr(choice, "name", choice), type(e).__name__, e)
             return inductor_benchmark(*args, out=out)
 
     choice.benchmark = benchmark
-    choice.cutedsl_graph_timed = True
+    choice.cutedsl_device_timed = True
 
 
 def install_on_ours(choice, call: Callable, kwargs: dict) -> None:

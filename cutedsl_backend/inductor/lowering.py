@@ -6,8 +6,9 @@ ops with ``kernel_config=''``. Its lowering benchmarks, in one ``autotune_select
     processes while Inductor precompiles its own candidates), and
   - the unfused computation (``ops.reference``: the GEMM and the pointwise ops as the graph had
     them) as a subgraph choice,
-all timed on the device from CUDA graphs (:mod:`.device_timing`: Inductor's own timing of a call
-includes its host time, which the CPU load of a compile inflates for our op).
+all timed on the device as Inductor times them but queued ahead of the GPU (:mod:`.device_timing`:
+Inductor's own timing of a call counts its host time once a compile's CPU load makes our op's
+host time exceed its kernel's).
 If the unfused computation wins, it is inlined into the graph and Inductor lowers it as if we were
 not there (its own GEMM autotuning, its Triton fusion of the pointwise ops). An op with a
 ``kernel_config`` (or a compile without max-autotune) becomes a plain fallback kernel.
