@@ -334,7 +334,7 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     cands = [c for c in valid_configs(problem) if epilogue is None or _fits(c, problem, epilogue)]
     tuned = tuned_choice(problem, epilogue)
     # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
-    # ones until the H200 measures them (sweeps time every valid config)
+    # ones, except where a measured override (_TUNED_SM90) picks one
     cands.sort(key=lambda c: (c != tuned, problem.promote_fp8 and promoted_acc_copies(c) == 2,
                               heuristic_score(c, problem, num_sms), c.name))
     return cands[:top_k] if top_k else cands
@@ -351,28 +351,43 @@ def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
 def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
     """A measured override for the shape class of ``problem`` and its ``epilogue`` (rules in
     _TUNED_SM90), if any."""
-    if problem.arch != "sm90a" or problem.dtype not in ("float16", "bfloat16"):
+    if problem.arch != "sm90a":
+        return None
+    if problem.dtype in ("float16", "bfloat16"):
+        operands = "16bit"
+    elif problem.promote_fp8:
+        operands = "fp8_precise"
+    else:
         return None
     kind = "residual_gathered" if epilogue is not None and epilogue.residual and not epilogue.residual_tma else None
     for rule in _TUNED_SM90:
-        if (rule.get("epilogue") == kind and rule["min_m"] <= problem.m <= rule["max_m"]
-                and problem.n >= rule["min_n"]):
+        if (rule.get("operands", "16bit") == operands and rule.get("epilogue") == kind
+                and rule["min_m"] <= problem.m <= rule["max_m"] and problem.n >= rule["min_n"]):
             cfg = GemmConfig(**rule["config"])
             return cfg if _fits(cfg, problem, epilogue) else None
     return None
 
 
-# Overrides measured with `python -m cutedsl_backend sweep` / `sweep-epilogue` on the H200: rules
-# {"epilogue" (None or "residual_gathered"), "min_m", "max_m", "min_n", "config": {...}}. Plain
+# Overrides measured with `python -m cutedsl_backend sweep` / `sweep-epilogue` / `sweep-fp8` on the
+# H200: rules {"operands" ("16bit", the default, or "fp8_precise"), "epilogue" (None or
+# "residual_gathered"), "min_m", "max_m", "min_n", "config": {...}}. Plain
 # GEMMs: the heuristic alone decides (its picks for the prefill shapes measured within 1-4% of the
 # sweep's best on 2026-12-02). A gathered residual (misaligned) read in the cooperative schedule's
 # epilogue is not overlapped with any mainloop, so there ping-pong wins: 4096x14336x4096 bf16
 # (session 2, run 3) ping-pong 128x128 c2x1 0.770 ms against the cooperative 128x256 c2x1's 0.823
 # (bare GEMM 0.712). A TMA-loaded residual takes the heuristic's cooperative pick: session 4's
 # sweep and interleaved A/B (scripts/epilogue_ab.py) measured it 1.0-1.3% faster than ping-pong.
+# Precise fp8 (session 6, run 2, `sweep-fp8 --modes precise`): the one-partial cooperative 128x192
+# c2x1 was the fastest config at 8192^3 (tensorwise 0.914 ms, rowwise 0.964; the best two-partial
+# tile, 128x128 c2x1, 0.932 / 0.992) and tied or fastest at 4096x14336x4096 (0.422 / 0.447 against
+# 0.422 / 0.455), where the heuristic's pick, 128x128 c1x2, took 0.951 / 0.451 ms (tensorwise).
+# The one-partial ping-pong 64x192 took 1.33-1.47 ms at 8192^3: one-partial tiles otherwise still
+# rank last (rank_configs).
 _TUNED_SM90: list[dict] = [
     {"epilogue": "residual_gathered", "min_m": 1024, "max_m": 1 << 31, "min_n": 4096,
      "config": {"tile_m": 128, "tile_n": 128, "cluster_m": 2, "schedule": "pingpong"}},
+    {"operands": "fp8_precise", "epilogue": None, "min_m": 4096, "max_m": 1 << 31, "min_n": 8192,
+     "config": {"tile_m": 128, "tile_n": 192, "cluster_m": 2, "schedule": "cooperative", "raster": "n"}},
 ]
 
 

@@ -239,9 +239,10 @@ def test_static_and_eager_residual_checks_agree():
 
 def test_precise_fp8_accumulator_copies():
     """Precise fp8 keeps the fp32 sum and k-tile partials: two partials where they fit, else one
-    (a larger tile); tiles that fit neither are refused naming the rule. Defaults stay on the
-    overlapped (three-copy) tiles until the one-partial kind is measured."""
-    from cutedsl_backend.configs import check_config, promoted_acc_copies, rank_configs
+    (a larger tile); tiles that fit neither are refused naming the rule. One-partial tiles rank
+    after the overlapped (three-copy) ones, except the measured override: cooperative 128x192 c2x1
+    for large precise problems (M >= 4096, N >= 8192)."""
+    from cutedsl_backend.configs import check_config, promoted_acc_copies, rank_configs, tuned_choice
     from cutedsl_backend.problem import make_problem
 
     assert promoted_acc_copies(GemmConfig(128, 128)) == 3  # 64 registers a copy per thread
@@ -255,5 +256,10 @@ def test_precise_fp8_accumulator_copies():
     fast = make_problem(8192, 8192, 8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16", fast_accum=True)
     check_config(GemmConfig(128, 256), fast)  # fast accumulation keeps one accumulator
     ranked = rank_configs(p)
-    twos = [i for i, c in enumerate(ranked) if promoted_acc_copies(c) == 2]
-    assert twos and min(twos) > max(i for i, c in enumerate(ranked) if promoted_acc_copies(c) == 3)
+    assert ranked[0].name == "sm90a_cooperative_128x192xauto_c2x1_sauto_rn8"
+    twos = [i for i, c in enumerate(ranked[1:]) if promoted_acc_copies(c) == 2]
+    assert twos and min(twos) > max(i for i, c in enumerate(ranked[1:]) if promoted_acc_copies(c) == 3)
+    # outside the measured class, and for fast accumulation, the heuristic's overlapped tiles
+    small = make_problem(2048, 1024, 8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
+    assert promoted_acc_copies(rank_configs(small)[0]) == 3
+    assert tuned_choice(fast) is None and tuned_choice(small) is None and tuned_choice(p) == ranked[0]
