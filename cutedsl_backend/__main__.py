@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     sf = sub.add_parser("sweep-fp8", help="scaled_mm on every valid config, both scalings and modes (tuning)")
     sf.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
     sf.add_argument("--configs", help="only configs whose name contains one of these (comma-separated)")
-    sf.add_argument("--modes", default="fast,precise", help="fast, precise or both (comma-separated)")
+    sf.add_argument("--modes", default="fast,precise", help="fast, precise, or fast,precise")
     sf.add_argument("--json")
     bi = sub.add_parser("bench-inductor", help="torch.compile max-autotune blocks with/without our candidates")
     bi.add_argument("--tokens", type=int, default=4096)
@@ -125,7 +125,12 @@ def main(argv=None) -> int:
             res = {args.shape: sweep_epilogue(m, n, k, args.dtype, only=only)}
         else:
             only = args.configs.split(",") if args.configs else None
-            modes = tuple(m == "fast" for m in args.modes.split(","))
+            known = {"fast": True, "precise": False}
+            bad = [m for m in args.modes.split(",") if m.strip() not in known]
+            if bad:
+                print(f"--modes: unknown {bad}; use fast, precise or fast,precise", file=sys.stderr)
+                return 2
+            modes = tuple(known[m.strip()] for m in args.modes.split(","))
             res = {"x".join(map(str, s)): sweep_fp8(*s, only=only, modes=modes) for s in _shapes(args.shapes)}
         if args.json:
             with open(args.json, "w") as f:

@@ -355,8 +355,10 @@ def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
         return None
     if problem.dtype in ("float16", "bfloat16"):
         operands = "16bit"
-    elif problem.promote_fp8:
-        operands = "fp8_precise"
+    elif (problem.promote_fp8 and problem.dtype == "float8_e4m3fn" and problem.b_dtype is None
+          and problem.out_dtype == "bfloat16" and problem.k >= 4096
+          and (epilogue is None or not (epilogue.bias or epilogue.residual or epilogue.activation))):
+        operands = "fp8_precise"  # only the class the sweep measured: e4m3 -> bf16, scales only, long K
     else:
         return None
     kind = "residual_gathered" if epilogue is not None and epilogue.residual and not epilogue.residual_tma else None
@@ -382,7 +384,8 @@ def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
 # tile, 128x128 c2x1, 0.932 / 0.992) and tied or fastest at 4096x14336x4096 (0.422 / 0.447 against
 # 0.422 / 0.455), where the heuristic's pick, 128x128 c1x2, took 0.951 / 0.451 ms (tensorwise).
 # The one-partial ping-pong 64x192 took 1.33-1.47 ms at 8192^3: one-partial tiles otherwise still
-# rank last (rank_configs).
+# rank last (rank_configs). The rule covers what was swept: e4m3 x e4m3 -> bf16 with scales only
+# (no bias, residual or activation) and K >= 4096 (tuned_choice checks those).
 _TUNED_SM90: list[dict] = [
     {"epilogue": "residual_gathered", "min_m": 1024, "max_m": 1 << 31, "min_n": 4096,
      "config": {"tile_m": 128, "tile_n": 128, "cluster_m": 2, "schedule": "pingpong"}},

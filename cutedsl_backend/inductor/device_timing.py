@@ -22,14 +22,17 @@ same on torch 2.11 and 2.13. ``CUTEDSL_FUSED_TIMING=inductor`` keeps Inductor's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from typing import Callable, Optional
 
 log = logging.getLogger("cutedsl_backend.inductor")
-# choices timed here / fallen back to Inductor's timing (bench-inductor and tests read it)
-COUNTS = {"device_timed": 0, "fallbacks": 0}
+# choices timed here (ours / the unfused subgraph), fallen back to Inductor's timing, and timed
+# with the GPU sleep outrun (still timed; the warning says so): bench-inductor and tests read them
+COUNTS = {"device_timed": 0, "subgraphs_timed": 0, "fallbacks": 0, "sleep_outrun": 0}
+MAX_SLEEP_MS = 1000.0
 
 
 def enabled() -> bool:
@@ -45,24 +48,26 @@ def _cycles_per_ms() -> float:
 
     if not _CYCLES_PER_MS:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # ramp the clock first
+        torch.cuda._sleep(50_000_000)  # ramp the clock first (tens of ms)
         start.record()
         torch.cuda._sleep(20_000_000)
         end.record()
         end.synchronize()
-        _CYCLES_PER_MS.append(20_000_000 / max(start.elapsed_time(end), 1e-3))
+        # sized long rather than short: a clock that later runs faster than here shortens the sleeps
+        _CYCLES_PER_MS.append(2.0 * 20_000_000 / max(start.elapsed_time(end), 1e-3))
     return _CYCLES_PER_MS[0]
 
 
 def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
     """``iters`` iterations of (L2 flush, start event, ``fn``, end event), queued behind a GPU
-    sleep sized from the host's pace; retried with a 4x longer sleep (three times) while the
-    sleep ended before the last iteration was queued. Returns (event times in ms, host ms per
-    iteration)."""
+    sleep sized from the host's pace (at most MAX_SLEEP_MS; fewer iterations where the host is
+    too slow for that); where the sleep ended before the last iteration was queued, retried once
+    with a sleep four times as long (capped). Returns (event times in ms, host ms per iteration)."""
     import torch
 
-    sleep_ms = min(max(2.0, 1.5 * iters * host_ms_per_iter), 1000.0)
-    for attempt in range(4):
+    iters = max(1, min(iters, int(MAX_SLEEP_MS / (1.5 * max(host_ms_per_iter, 1e-3)))))
+    sleep_ms = min(max(2.0, 1.5 * iters * host_ms_per_iter), MAX_SLEEP_MS)
+    for attempt in range(2):
         gate = torch.cuda.Event()
         torch.cuda._sleep(int(sleep_ms * _cycles_per_ms()))
         gate.record()
@@ -78,10 +83,12 @@ def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
         torch.cuda.synchronize()
         if queued_in_time:
             break
-        if attempt < 3:
-            sleep_ms *= 4
+        if attempt == 0:
+            sleep_ms = min(4 * max(sleep_ms, iters * host_ms), MAX_SLEEP_MS)
     else:
-        log.debug("cutedsl: device timing: %d iterations outran a %.0f ms GPU sleep", iters, sleep_ms)
+        COUNTS["sleep_outrun"] += 1
+        log.warning("cutedsl: device timing: %d iterations took longer to queue (%.2f ms each) than a "
+                    "%.0f ms GPU sleep; their times may include host time", iters, host_ms, sleep_ms)
     return [s.elapsed_time(e) for s, e in pairs], host_ms
 
 
@@ -104,23 +111,30 @@ def device_ms_per_call(fn: Callable[[], object], max_duration_ms: float = 25.0, 
     return min(best, min(times))
 
 
-def _install(choice, run: Callable[[tuple], object], copy_to_out: bool) -> None:
-    """Replace ``choice.benchmark`` (on this object) by :func:`device_ms_per_call` of ``run(args)``;
-    where that fails, the choice keeps Inductor's timing and a warning says so."""
+def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: str,
+             prepare: Optional[Callable[[], None]] = None) -> None:
+    """Replace ``choice.benchmark`` (on this object) by :func:`device_ms_per_call` of ``run(args)``
+    on the inputs' GPU; where the timing fails, the choice keeps Inductor's timing and a warning
+    says so. ``prepare`` (a compile) runs first, outside that fallback: its errors are the
+    choice's own, as under Inductor's timing."""
     inductor_benchmark = choice.benchmark
 
     def benchmark(*args, out):
+        import torch
+
         if out is not None and out.numel() == 0:
             return 0.0
+        if prepare is not None:
+            prepare()
+        device = next((a.device for a in (*args, out) if isinstance(a, torch.Tensor) and a.is_cuda), None)
         try:
-            if copy_to_out and out is not None:
-                out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
-            ms = device_ms_per_call(lambda: run(args))
-            COUNTS["device_timed"] += 1
+            with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+                if copy_to_out and out is not None:
+                    out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
+                ms = device_ms_per_call(lambda: run(args))
+            COUNTS[kind] += 1
             return ms
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
-            import torch
-
             torch.cuda.synchronize()
             COUNTS["fallbacks"] += 1
             log.warning("cutedsl: %s could not be timed on the device (%s: %s); Inductor's timing used",
@@ -133,7 +147,7 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool) -> None:
 
 def install_on_ours(choice, call: Callable, kwargs: dict) -> None:
     """Our extern choice: ``call(*args, **kwargs)`` (the op, in the lowering's argument order)."""
-    _install(choice, lambda args: call(*args, **kwargs), copy_to_out=True)
+    _install(choice, lambda args: call(*args, **kwargs), copy_to_out=True, kind="device_timed")
 
 
 def install_on_subgraph(choice) -> Optional[str]:
@@ -145,10 +159,12 @@ def install_on_subgraph(choice) -> Optional[str]:
     if missing:
         return f"the subgraph choice has no {', '.join(missing)} on this torch"
 
-    def run(args):
+    def compile_once():
         if choice._compiled_module is None:
             choice._compiled_module = choice._compile_for_benchmarking()
+
+    def run(args):
         return choice._compiled_module.call([*choice.sym_input_values, *args])  # call() clears its list
 
-    _install(choice, run, copy_to_out=False)
+    _install(choice, run, copy_to_out=False, kind="subgraphs_timed", prepare=compile_once)
     return None

@@ -128,8 +128,12 @@ def _lower(kind: tuple, *args, **kwargs):
         else:
             log.debug("cutedsl: %s: Inductor's own timing (%s)", name, why_not)
     # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
-    # (in this process) overlaps our kernels' compiles in the workers instead of following them
-    choices.insert(0, unfused)
+    # (in this process) overlaps our kernels' compiles in the workers instead of following them.
+    # Not under config.deterministic: there torch 2.11 takes choices[0] unbenchmarked and does not
+    # say which it took (_select could not tell the unfused winner from ours).
+    from torch._inductor import config as inductor_config
+
+    choices.insert(len(choices) if getattr(inductor_config, "deterministic", False) else 0, unfused)
     t1 = time.perf_counter()
     compiler._event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)

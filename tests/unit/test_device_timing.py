@@ -102,3 +102,90 @@ def test_subgraph_without_the_pieces_is_left_alone():
     assert "_compile_for_benchmarking" in why and "sym_input_values" in why
     assert not hasattr(choice, "cutedsl_device_timed")
     assert choice.benchmark(out=None) == 1.5
+
+
+class _FakeCuda:
+    """Stands in for torch.cuda in _queued_times: the gate event answers from a script (True:
+    the sleep already ended when the last iteration was queued)."""
+
+    def __init__(self, gate_answers):
+        self.gate_answers = list(gate_answers)
+        self.sleeps = []
+
+    def _sleep(self, cycles):
+        self.sleeps.append(cycles)
+
+    def synchronize(self):
+        pass
+
+    def Event(self, enable_timing=False):  # noqa: N802 - torch's name
+        fake = self
+
+        class Ev:
+            def record(self):
+                pass
+
+            def query(self):
+                return fake.gate_answers.pop(0)
+
+            def elapsed_time(self, other):
+                return 0.2
+
+        return Ev()
+
+
+class _Flush:
+    def zero_(self):
+        pass
+
+
+def _queued(monkeypatch, gate_answers, iters=10, host_ms=0.1):
+    fake = _FakeCuda(gate_answers)
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(device_timing, "_cycles_per_ms", lambda: 1000.0)
+    calls = []
+    times, _ = device_timing._queued_times(lambda: calls.append(1), _Flush(), iters, host_ms)
+    return fake, calls, times
+
+
+def test_queued_in_time_takes_one_pass(monkeypatch):
+    before = device_timing.COUNTS["sleep_outrun"]
+    fake, calls, times = _queued(monkeypatch, [False])  # the GPU still sleeps: all queued behind it
+    assert len(fake.sleeps) == 1 and len(calls) == 10 and times == [0.2] * 10
+    assert fake.sleeps[0] == 2.0 * 1000  # the 2 ms floor: 1.5 x 10 x 0.1 ms is less
+    assert device_timing.COUNTS["sleep_outrun"] == before
+
+
+def test_outrun_sleep_is_retried_longer_then_counted(monkeypatch, caplog):
+    before = device_timing.COUNTS["sleep_outrun"]
+    fake, calls, _ = _queued(monkeypatch, [True, False])
+    assert len(fake.sleeps) == 2 and fake.sleeps[1] > fake.sleeps[0] and len(calls) == 20
+    assert device_timing.COUNTS["sleep_outrun"] == before
+    with caplog.at_level(logging.WARNING, logger="cutedsl_backend.inductor"):
+        fake, _, _ = _queued(monkeypatch, [True, True])
+    assert len(fake.sleeps) == 2 and device_timing.COUNTS["sleep_outrun"] == before + 1
+    assert "may include host time" in caplog.text
+
+
+def test_sleeps_are_capped_and_slow_hosts_get_fewer_iterations(monkeypatch):
+    fake, calls, _ = _queued(monkeypatch, [True, True], iters=100, host_ms=50.0)
+    cap = device_timing.MAX_SLEEP_MS * 1000.0
+    assert all(c <= cap for c in fake.sleeps)
+    assert len(calls) == 2 * int(device_timing.MAX_SLEEP_MS / (1.5 * 50.0))  # 13 a pass, not 100
+
+
+def test_subgraph_compile_errors_are_its_own(monkeypatch):
+    """A subgraph that fails to compile fails as under Inductor's timing, not as a timing fallback."""
+    class Broken(FakeChoice):
+        _compiled_module = None
+        sym_input_values = []
+
+        def _compile_for_benchmarking(self):
+            raise ValueError("lowering failed")
+
+    sub = Broken()
+    before = dict(device_timing.COUNTS)
+    device_timing.install_on_subgraph(sub)
+    with pytest.raises(ValueError, match="lowering failed"):
+        sub.benchmark(torch.ones(1), out=None)
+    assert device_timing.COUNTS == before and sub.inductor_calls == 0

@@ -263,3 +263,13 @@ def test_precise_fp8_accumulator_copies():
     small = make_problem(2048, 1024, 8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
     assert promoted_acc_copies(rank_configs(small)[0]) == 3
     assert tuned_choice(fast) is None and tuned_choice(small) is None and tuned_choice(p) == ranked[0]
+    # only the class the sweep measured: e4m3 -> bf16, scales only, K >= 4096
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    scales = EpilogueSpec(scale_a="row", scale_b="col")
+    assert tuned_choice(p, scales) == ranked[0]
+    assert tuned_choice(p, EpilogueSpec(scale_a="row", scale_b="col", bias="col")) is None
+    assert tuned_choice(p, EpilogueSpec(scale_a="row", scale_b="col", activation="relu")) is None
+    for other in (dict(k=2048), dict(out_dtype="float32"), dict(dtype="float8_e5m2", b_dtype="float8_e4m3fn")):
+        kw = dict(m=8192, n=8192, k=8192, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16") | other
+        assert tuned_choice(make_problem(kw.pop("m"), kw.pop("n"), kw.pop("k"), **kw)) is None, other
