@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                     help="with --isolated: add a cold row with the DSL start-up at enable() (its A/B)")
     bi.add_argument("--timing-row", action="store_true",
                     help="with --isolated: add a cold row with Inductor's own timing of the fused autotunes (its A/B)")
+    bi.add_argument("--loss-rows", action="store_true",
+                    help="with --isolated: add cold rows where every fused chain loses, the inlined GEMMs "
+                         "autotuned with Inductor's backends / with ATen only (CUTEDSL_UNFUSED_GEMM_BACKENDS)")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -155,7 +158,7 @@ def main(argv=None) -> int:
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
                                            no_loader_row=args.no_loader_row, warmup_row=args.warmup_row,
-                                           timing_row=args.timing_row)
+                                           timing_row=args.timing_row, loss_rows=args.loss_rows)
         else:
             rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
                                   kernel_dir=args.kernel_dir, blocks=blocks)

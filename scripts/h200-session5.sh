@@ -10,7 +10,8 @@
 # (scripts/inductor_choice_timing.py); (session 6) inductor-rows - bench-inductor on both blocks, default
 # rows; host - scripts/host_path_profile.py; optest - the op host-time GPU test alone;
 # sweepfp8-partial - sweep-fp8, precise mode, the one-partial tiles beside the overlapped ones;
-# inductor-timing - both blocks with the Inductor-timing A/B row; gpu-inductor - tests/gpu/test_inductor_sm90.py. Logs and JSON go to $OUT.
+# inductor-timing - both blocks with the Inductor-timing A/B row; gpu-inductor - tests/gpu/test_inductor_sm90.py;
+# inductor-loss - both blocks with the forced-loss rows (CUTEDSL_UNFUSED_GEMM_BACKENDS A/B). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -35,6 +36,9 @@ run() {
       inductor-timing)  # both blocks with the Inductor-timing A/B row
         step "bench-inductor both blocks, timing A/B" 330 python3 -m cutedsl_backend bench-inductor --isolated \
           --timing-row --json "$out/bench-inductor-timing.json" ;;
+      inductor-loss)  # both blocks with every fused chain made to lose: Inductor's backends vs ATen only after
+        step "bench-inductor both blocks, forced-loss rows" 400 python3 -m cutedsl_backend bench-inductor --isolated \
+          --loss-rows --json "$out/bench-inductor-loss.json" ;;
       gpu-inductor) step "gpu tests (inductor)" 200 python3 -m pytest tests/gpu/test_inductor_sm90.py -n 4 -q -rs \
           -p no:cacheprovider --junitxml="$out/gpu-inductor-tests.xml" ;;
       host) step "host path profile" 60 python3 scripts/host_path_profile.py ;;

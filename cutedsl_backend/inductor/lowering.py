@@ -24,6 +24,7 @@ import functools
 import inspect
 import itertools
 import logging
+import os
 import time
 
 import torch
@@ -144,9 +145,25 @@ def _lower(kind: tuple, *args, **kwargs):
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])
-        return _inline(reference, args, name, gm=unfused.gm)
+        backends = unfused_gemm_backends()
+        if backends is None:
+            return _inline(reference, args, name, gm=unfused.gm)
+        # the inlined GEMM's own autotune, restricted (a cold compile otherwise pays a second GEMM
+        # autotune, Triton's template compiles included, after ours)
+        from torch._inductor import config as inductor_config
+
+        with inductor_config.patch(max_autotune_gemm_backends=backends):
+            return _inline(reference, args, name, gm=unfused.gm)
     log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
     return node
+
+
+def unfused_gemm_backends():
+    """$CUTEDSL_UNFUSED_GEMM_BACKENDS: the ``max_autotune_gemm_backends`` Inductor autotunes the GEMM
+    of a chain whose unfused ops beat our fused kernel with (e.g. "ATEN": cuBLAS and cuBLASLt's
+    bias epilogue only, no Triton template compiles); unset: Inductor's own setting."""
+    value = os.environ.get("CUTEDSL_UNFUSED_GEMM_BACKENDS", "").strip()
+    return value.upper() or None
 
 
 def _reference_fn(kind, kwargs, *tensors):

@@ -9,8 +9,10 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
   - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``);
   - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``);
-  - ``cutedsl cold inductor-timing``: cold with the fused autotunes timed by Inductor instead of
-    from CUDA graphs (``--timing-row``).
+  - ``cutedsl cold inductor-timing``: cold with the fused autotunes timed by Inductor's own
+    method instead of device timing (``--timing-row``);
+  - ``cutedsl cold unfused-forced`` / ``-aten``: cold with every fused chain made to lose, the
+    inlined GEMMs autotuned with Inductor's backends / with ATen only (``--loss-rows``).
 """
 
 from __future__ import annotations
@@ -86,8 +88,25 @@ class _Winners:
 NO_LOADER = "cutedsl cold no-loader"
 ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
 INDUCTOR_TIMING = "cutedsl cold inductor-timing"
+# the cold compile when every fused chain loses (forced: our fused choices are filtered out of the
+# autotunes), with Inductor's own backends for the inlined GEMMs, then with ATen only
+FORCED_LOSS = "cutedsl cold unfused-forced"
+FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
 AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},
-               INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"}}
+               INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"},
+               FORCED_LOSS: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1"},
+               FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "ATEN"}}
+# keeps every choice but ours (the unfused subgraph's name contains "unfused")
+_FORCE_UNFUSED_REGEX = r"unfused|^(?!cutedsl)"
+
+
+def _forced_unfused():
+    """Inductor's choice filter set to drop our fused and plain choices, under $CUTEDSL_BENCH_FORCE_UNFUSED."""
+    import torch._inductor.config as config
+
+    if not os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED"):
+        return contextlib.nullcontext()
+    return config.patch({"test_configs.autotune_choice_name_regex": _FORCE_UNFUSED_REGEX})
 
 
 @contextlib.contextmanager
@@ -136,7 +155,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
 
     stats0 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
     try:
-        with _variant_env(variant), fresh_cache(), torch.no_grad():
+        with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused():
             torch.cuda.synchronize()
             t0 = time.perf_counter()  # enable() is timed too: it starts our workers and loader
             if variant != "aten+triton":
@@ -199,14 +218,14 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                             blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False,
-                            warmup_row: bool = False, timing_row: bool = False) -> list:
+                            warmup_row: bool = False, timing_row: bool = False, loss_rows: bool = False) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
     baseline shows the run-to-run spread. Ratios against the mean of the two baselines.
     ``no_loader_row`` adds a cold row with the background loader off, ``warmup_row`` one with the
-    DSL start-up at enable(), ``timing_row`` one with Inductor's timing of the fused autotunes, all
-    before the last baseline."""
+    DSL start-up at enable(), ``timing_row`` one with Inductor's timing of the fused autotunes,
+    ``loss_rows`` the two forced-loss rows, all before the last baseline."""
     import json
     import subprocess
     import sys
@@ -217,6 +236,7 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
         block_rows = []
         order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((NO_LOADER,) if no_loader_row else ()) + (
             (ENABLE_WARMUP,) if warmup_row else ()) + ((INDUCTOR_TIMING,) if timing_row else ()) + (
+            (FORCED_LOSS, FORCED_LOSS_ATEN) if loss_rows else ()) + (
             "aten+triton",)
         for variant in order:
             out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")

@@ -203,3 +203,34 @@ def test_training_graphs_stay_correct(inductor):
     F.gelu(F.linear(xr, wr, br)).sum().backward()
     for g, ref in zip(grads, (xr.grad, wr.grad, br.grad)):
         torch.testing.assert_close(g.float(), ref, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("setting", [None, "aten"])
+def test_unfused_winner_gemm_backends(inductor, monkeypatch, setting):
+    """When the unfused ops win a fused autotune, their GEMM is lowered under Inductor's own backend
+    setting, or under $CUTEDSL_UNFUSED_GEMM_BACKENDS where set."""
+    import torch._inductor.config as config
+
+    from cutedsl_backend.inductor import lowering
+
+    if setting:
+        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", setting)
+    else:
+        monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
+    seen = []
+    inline = lowering._inline
+
+    def recording_inline(*args, **kwargs):
+        seen.append(config.max_autotune_gemm_backends)
+        return inline(*args, **kwargs)
+
+    monkeypatch.setattr(lowering, "_inline", recording_inline)
+    x, w, b = rand(256, 128), rand(192, 128), rand(192)
+    fn = (lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"))
+    with config.patch({"test_configs.autotune_choice_name_regex": "unfused|aten|addmm"}), \
+            config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
+        out, code = compile_and_code(fn, x, w, b)
+    assert seen == ["ATEN" if setting else "ATEN,TRITON"], seen
+    assert "cutedsl_gemm_ab" not in code  # the unfused ops, not ours
+    assert_close(out, F.gelu(x.double() @ w.double().t() + b.double(), approximate="tanh"), 128, "gelu_tanh",
+                 roundings=2)

@@ -44,3 +44,24 @@ def test_ab_variants_set_their_environment_for_their_compile_only(monkeypatch):
     with _variant_env("cutedsl warm"):  # not an A/B variant: nothing set
         assert "CUTEDSL_BACKGROUND_LOAD" not in os.environ
     assert "," not in NO_LOADER + ENABLE_WARMUP  # --variants splits on commas
+
+
+def test_forced_loss_filter_keeps_everything_but_our_choices(monkeypatch):
+    import re
+
+    from cutedsl_backend.validation import bench_inductor as bi
+
+    keep = ["cutedsl_fused_gemm_ab_bias_res_unfused", "triton_mm_17", "addmm", "bias_addmm", "mm"]
+    drop = ["cutedsl_gemm_ab_bias_res_3fba6f93f1", "cutedsl_gemm_ab_120_3fba6f93f1"]
+    assert all(re.search(bi._FORCE_UNFUSED_REGEX, n) for n in keep)
+    assert not any(re.search(bi._FORCE_UNFUSED_REGEX, n) for n in drop)
+    assert bi.AB_VARIANTS[bi.FORCED_LOSS_ATEN]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "ATEN"
+    import torch._inductor.config as config
+
+    monkeypatch.delenv("CUTEDSL_BENCH_FORCE_UNFUSED", raising=False)
+    with bi._forced_unfused():
+        assert config.test_configs.autotune_choice_name_regex is None
+    monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "1")
+    with bi._forced_unfused():
+        assert config.test_configs.autotune_choice_name_regex == bi._FORCE_UNFUSED_REGEX
+    assert config.test_configs.autotune_choice_name_regex is None
