@@ -9,7 +9,6 @@ after idling (which candidate is timed first). From the repository root on a GPU
 
 import inspect
 import json
-import threading
 import time
 
 import torch
@@ -19,25 +18,14 @@ from torch._inductor.runtime.benchmarking import benchmarker
 import cutedsl_backend as cb
 from cutedsl_backend.configs import GemmConfig
 from cutedsl_backend.inductor import ops as iops
-from cutedsl_backend.validation.bench import _graph_ms, host_us_per_call
+from cutedsl_backend.validation.bench import _graph_ms, gil_hog, host_us_per_call
 
 CFG = "sm90a_cooperative_128x256xauto_c2x1_sauto_rm8"
 
 
 def with_gil_hog(fn):
-    stop = threading.Event()
-
-    def hog():
-        while not stop.is_set():
-            sum(range(2000))
-
-    t = threading.Thread(target=hog)
-    t.start()
-    try:
+    with gil_hog(2000):
         return fn()
-    finally:
-        stop.set()
-        t.join()
 
 
 def main():

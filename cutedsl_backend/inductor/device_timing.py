@@ -23,6 +23,7 @@ same on torch 2.11 and 2.13. ``CUTEDSL_FUSED_TIMING=inductor`` keeps Inductor's 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -40,22 +41,19 @@ def enabled() -> bool:
     return os.environ.get("CUTEDSL_FUSED_TIMING", "queued").strip().lower() != "inductor"
 
 
-_CYCLES_PER_MS: list = []  # the GPU sleep's calibration, measured once per process
-
-
+@functools.lru_cache(maxsize=None)
 def _cycles_per_ms() -> float:
+    """The GPU sleep's calibration, measured once per process."""
     import torch
 
-    if not _CYCLES_PER_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(50_000_000)  # ramp the clock first (tens of ms)
-        start.record()
-        torch.cuda._sleep(20_000_000)
-        end.record()
-        end.synchronize()
-        # sized long rather than short: a clock that later runs faster than here shortens the sleeps
-        _CYCLES_PER_MS.append(2.0 * 20_000_000 / max(start.elapsed_time(end), 1e-3))
-    return _CYCLES_PER_MS[0]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(50_000_000)  # ramp the clock first (tens of ms)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    # sized long rather than short: a clock that later runs faster than here shortens the sleeps
+    return 2.0 * 20_000_000 / max(start.elapsed_time(end), 1e-3)
 
 
 def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
@@ -92,15 +90,18 @@ def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
     return [s.elapsed_time(e) for s, e in pairs], host_ms
 
 
-def device_ms_per_call(fn: Callable[[], object], max_duration_ms: float = 25.0, max_iters: int = 100) -> float:
+def device_ms_per_call(fn: Callable[[], object], max_duration_ms: float = 25.0, max_iters: int = 100,
+                       warm_up: bool = True) -> float:
     """Fastest device milliseconds of ``fn`` over Inductor's benchmark iterations (an L2 flush
     before each; as many as fit ``max_duration_ms``, at most ``max_iters``), with the host's pace
-    kept out of the events (see the module docstring). ``fn`` runs once first, synchronized."""
+    kept out of the events (see the module docstring). ``fn`` runs once first (unless the caller
+    just ran it: ``warm_up=False``), synchronized."""
     import torch
 
     torch.cuda.synchronize()
-    fn()
-    torch.cuda.synchronize()
+    if warm_up:
+        fn()
+        torch.cuda.synchronize()
     l2_bytes = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 50 << 20
     flush = torch.empty(l2_bytes // 4, dtype=torch.int, device="cuda")
     flush.zero_()
@@ -129,9 +130,10 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
         device = next((a.device for a in (*args, out) if isinstance(a, torch.Tensor) and a.is_cuda), None)
         try:
             with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
-                if copy_to_out and out is not None:
+                ran = copy_to_out and out is not None
+                if ran:
                     out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
-                ms = device_ms_per_call(lambda: run(args))
+                ms = device_ms_per_call(lambda: run(args), warm_up=not ran)  # that run was the warm-up
             COUNTS[kind] += 1
             return ms
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so

@@ -20,6 +20,7 @@ inline_subgraph_to_ir_nodes) have the same shape on torch 2.11 and 2.13; the one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -83,6 +84,7 @@ def _fallback(kind, args, kwargs):
 
 
 def _lower(kind: tuple, *args, **kwargs):
+    from torch._inductor import config as inductor_config
     from torch._inductor.ir import ExternKernel
     from torch._inductor.virtualized import V
 
@@ -124,16 +126,15 @@ def _lower(kind: tuple, *args, **kwargs):
     if device.type == "cuda" and device_timing.enabled():
         why_not = device_timing.install_on_subgraph(unfused)
         if why_not is None:
+            op = ops.overload(*kind)
             for caller in choices:
-                device_timing.install_on_ours(caller, ops.overload(*kind), caller.kwargs)
+                device_timing.install_on_ours(caller, op, caller.kwargs)
         else:
             log.debug("cutedsl: %s: Inductor's own timing (%s)", name, why_not)
     # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
     # (in this process) overlaps our kernels' compiles in the workers instead of following them.
     # Not under config.deterministic: there torch 2.11 takes choices[0] unbenchmarked and does not
     # say which it took (_select could not tell the unfused winner from ours).
-    from torch._inductor import config as inductor_config
-
     choices.insert(len(choices) if getattr(inductor_config, "deterministic", False) else 0, unfused)
     t1 = time.perf_counter()
     compiler._event("fused autotune starts", name)
@@ -145,14 +146,10 @@ def _lower(kind: tuple, *args, **kwargs):
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])
+        # the inlined GEMM's own autotune, restricted where asked (a cold compile otherwise pays a
+        # second GEMM autotune, Triton's template compiles included, after ours)
         backends = unfused_gemm_backends()
-        if backends is None:
-            return _inline(reference, args, name, gm=unfused.gm)
-        # the inlined GEMM's own autotune, restricted (a cold compile otherwise pays a second GEMM
-        # autotune, Triton's template compiles included, after ours)
-        from torch._inductor import config as inductor_config
-
-        with inductor_config.patch(max_autotune_gemm_backends=backends):
+        with inductor_config.patch(max_autotune_gemm_backends=backends) if backends else contextlib.nullcontext():
             return _inline(reference, args, name, gm=unfused.gm)
     log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
     return node

@@ -6,9 +6,11 @@ inputs; each result is reported as TFLOP/s and as the ratio to the peer timed be
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
+import threading
 import time
 from typing import Iterable, Optional
 
@@ -276,6 +278,25 @@ def host_us_per_call(fn, calls: int = 200) -> float:
     t = (time.perf_counter() - t0) / calls * 1e6
     torch.cuda.synchronize()
     return t
+
+
+@contextlib.contextmanager
+def gil_hog(chunk: int = 2000):
+    """A thread that keeps asking for the GIL (pure-Python work in ``chunk``-sized pieces) while the
+    block runs: a compile's CPU load, exaggerated, for host-time probes."""
+    stop = threading.Event()
+
+    def hog():
+        while not stop.is_set():
+            sum(range(chunk))
+
+    thread = threading.Thread(target=hog, name="gil-hog")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def host_overhead_us(n_calls: int = 2000, log=print) -> dict:

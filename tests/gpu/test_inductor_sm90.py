@@ -119,24 +119,16 @@ def test_fused_autotune_times_every_candidate_on_the_device(backend):
 def test_device_timing_is_blind_to_host_load():
     """The fused autotune's timer measures the device: a thread holding the GIL (a compile's CPU
     load, exaggerated) leaves it within 10%, while it makes back-to-back timing host-bound."""
-    import threading
     import time
 
     import cutedsl_backend as cb
     from cutedsl_backend.inductor.device_timing import device_ms_per_call
+    from cutedsl_backend.validation.bench import gil_hog
 
     x, w, bias, res = params((4096, 4096), (4096, 4096), (4096,), (4096, 4096))
     fn = lambda: cb.gemm(x, w.t(), bias=bias, residual=res)  # noqa: E731
     quiet = device_ms_per_call(fn)
-    stop = threading.Event()
-
-    def hog():
-        while not stop.is_set():
-            sum(range(10000))
-
-    t = threading.Thread(target=hog)
-    t.start()
-    try:
+    with gil_hog(10000):
         loaded = device_ms_per_call(fn)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -144,9 +136,6 @@ def test_device_timing_is_blind_to_host_load():
             fn()
         torch.cuda.synchronize()
         back_to_back = (time.perf_counter() - t0) / 20 * 1e3
-    finally:
-        stop.set()
-        t.join()
     assert abs(loaded / quiet - 1) < 0.10, (quiet, loaded)
     assert back_to_back > 1.2 * quiet, (quiet, back_to_back)  # the load this test applies is real
 
