@@ -66,6 +66,9 @@ def main(argv=None) -> int:
     bi.add_argument("--loss-rows", action="store_true",
                     help="with --isolated: add cold rows where every fused chain loses, the inlined GEMMs "
                          "autotuned with Inductor's backends / with ATen only (CUTEDSL_UNFUSED_GEMM_BACKENDS)")
+    bi.add_argument("--rounds", type=int, default=1,
+                    help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
+    bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
     bi.add_argument("--json")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -158,7 +161,9 @@ def main(argv=None) -> int:
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
                                            no_loader_row=args.no_loader_row, warmup_row=args.warmup_row,
-                                           timing_row=args.timing_row, loss_rows=args.loss_rows)
+                                           timing_row=args.timing_row, loss_rows=args.loss_rows,
+                                           rounds=args.rounds,
+                                           rows_between=tuple(args.rows.split(",")) if args.rows else None)
         else:
             rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
                                   kernel_dir=args.kernel_dir, blocks=blocks)

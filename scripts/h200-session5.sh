@@ -11,7 +11,9 @@
 # rows; host - scripts/host_path_profile.py; optest - the op host-time GPU test alone;
 # sweepfp8-partial - sweep-fp8, precise mode, the one-partial tiles beside the overlapped ones;
 # inductor-timing - both blocks with the Inductor-timing A/B row; gpu-inductor - tests/gpu/test_inductor_sm90.py;
-# inductor-loss - both blocks with the forced-loss rows (CUTEDSL_UNFUSED_GEMM_BACKENDS A/B). Logs and JSON go to $OUT.
+# inductor-loss - both blocks with the forced-loss rows (CUTEDSL_UNFUSED_GEMM_BACKENDS A/B); (session 7)
+# loss-rounds - the MLP's rows with the forced-loss rows, 3 rounds, medians; loss-outproj - the
+# out-projection's forced-loss rows; residual-lost - the MLP with its residual chain made to lose, 2 rounds. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -39,6 +41,17 @@ run() {
       inductor-loss)  # both blocks with every fused chain made to lose: Inductor's backends vs ATen only after
         step "bench-inductor both blocks, forced-loss rows" 400 python3 -m cutedsl_backend bench-inductor --isolated \
           --loss-rows --json "$out/bench-inductor-loss.json" ;;
+      loss-rounds)  # session 7: the MLP block, forced losses that run our autotune first, 3 rounds, medians
+        step "bench-inductor mlp, forced-loss rows x3" 560 python3 -m cutedsl_backend bench-inductor --isolated \
+          --blocks mlp --loss-rows --rounds 3 --json "$out/bench-inductor-loss-rounds.json" ;;
+      loss-outproj)  # session 7: the out-projection, forced losses that run our autotune first
+        step "bench-inductor out-proj, forced-loss rows" 200 python3 -m cutedsl_backend bench-inductor --isolated \
+          --blocks attn_out_proj --rows "cutedsl cold,cutedsl cold unfused-forced,cutedsl cold unfused-forced-aten" \
+          --json "$out/bench-inductor-loss-outproj.json" ;;
+      residual-lost)  # session 7: the MLP with only its residual chain (down-projection) made to lose, 2 rounds
+        step "bench-inductor mlp, residual chain lost x2" 360 python3 -m cutedsl_backend bench-inductor --isolated \
+          --blocks mlp --rounds 2 --rows "cutedsl cold,cutedsl cold residual-lost,cutedsl cold residual-lost-inductor" \
+          --json "$out/bench-inductor-residual-lost.json" ;;
       gpu-inductor) step "gpu tests (inductor)" 200 python3 -m pytest tests/gpu/test_inductor_sm90.py -n 4 -q -rs \
           -p no:cacheprovider --junitxml="$out/gpu-inductor-tests.xml" ;;
       host) step "host path profile" 60 python3 scripts/host_path_profile.py ;;

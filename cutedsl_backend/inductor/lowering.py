@@ -10,7 +10,8 @@ all timed on the device as Inductor times them but queued ahead of the GPU (:mod
 Inductor's own timing of a call counts its host time once a compile's CPU load makes our op's
 host time exceed its kernel's).
 If the unfused computation wins, it is inlined into the graph and Inductor lowers it as if we were
-not there (its own GEMM autotuning, its Triton fusion of the pointwise ops). An op with a
+not there (its Triton fusion of the pointwise ops; its GEMM autotuned with ATen only by default,
+see :func:`unfused_gemm_backends`). An op with a
 ``kernel_config`` (or a compile without max-autotune) becomes a plain fallback kernel.
 
 The pieces (``lowerings`` registration for our own ops, SubgraphTemplate, autotune_select_algorithm,
@@ -110,7 +111,7 @@ def _lower(kind: tuple, *args, **kwargs):
     if verdict == "lost":
         log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
         suppress(inputs[0], inputs[1])
-        return _inline(reference, args, name)
+        return _inline_unfused(reference, args, name)
     layout = _output_layout(kind, inputs, kwargs)
     choices = bind(offer, kind, inputs, layout, {k: v for k, v in kwargs.items() if k != "kernel_config"},
                    decision=dkey)
@@ -146,21 +147,37 @@ def _lower(kind: tuple, *args, **kwargs):
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])
-        # the inlined GEMM's own autotune, restricted where asked (a cold compile otherwise pays a
-        # second GEMM autotune, Triton's template compiles included, after ours)
-        backends = unfused_gemm_backends()
-        with inductor_config.patch(max_autotune_gemm_backends=backends) if backends else contextlib.nullcontext():
-            return _inline(reference, args, name, gm=unfused.gm)
+        return _inline_unfused(reference, args, name, gm=unfused.gm)
     log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
     return node
 
 
 def unfused_gemm_backends():
-    """$CUTEDSL_UNFUSED_GEMM_BACKENDS: the ``max_autotune_gemm_backends`` Inductor autotunes the GEMM
-    of a chain whose unfused ops beat our fused kernel with (e.g. "ATEN": cuBLAS and cuBLASLt's
-    bias epilogue only, no Triton template compiles); unset: Inductor's own setting."""
+    """The ``max_autotune_gemm_backends`` Inductor autotunes the GEMM of a chain with, once its
+    unfused ops beat our fused kernel (or did before: decision cache). Default: ATen only (cuBLAS
+    and cuBLASLt's bias epilogue, the only winners of those autotunes measured on the H200) where
+    Inductor's setting includes ATen: the cold compile otherwise pays a second GEMM autotune, with
+    Triton's template compiles, after ours. ``$CUTEDSL_UNFUSED_GEMM_BACKENDS``: "inductor" keeps
+    Inductor's setting; any other value is used as the setting. None: leave Inductor's as it is."""
+    from torch._inductor import config as inductor_config
+
     value = os.environ.get("CUTEDSL_UNFUSED_GEMM_BACKENDS", "").strip()
-    return value.upper() or None
+    if value.lower() == "inductor":
+        return None
+    if value:
+        return value.upper()
+    current = [b.strip().upper() for b in str(getattr(inductor_config, "max_autotune_gemm_backends", "")).split(",")]
+    return "ATEN" if "ATEN" in current and current != ["ATEN"] else None
+
+
+def _inline_unfused(fn, inputs, name, gm=None):
+    """:func:`_inline` of a chain whose unfused ops won, its GEMM autotuned with
+    :func:`unfused_gemm_backends`."""
+    from torch._inductor import config as inductor_config
+
+    backends = unfused_gemm_backends()
+    with inductor_config.patch(max_autotune_gemm_backends=backends) if backends else contextlib.nullcontext():
+        return _inline(fn, inputs, name, gm=gm)
 
 
 def _reference_fn(kind, kwargs, *tensors):

@@ -11,8 +11,11 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``);
   - ``cutedsl cold inductor-timing``: cold with the fused autotunes timed by Inductor's own
     method instead of device timing (``--timing-row``);
-  - ``cutedsl cold unfused-forced`` / ``-aten``: cold with every fused chain made to lose, the
-    inlined GEMMs autotuned with Inductor's backends / with ATen only (``--loss-rows``).
+  - ``cutedsl cold unfused-forced`` / ``-aten``: cold with every fused chain made to lose after
+    its autotune ran, the inlined GEMMs autotuned with Inductor's backends / with ATen only
+    (``--loss-rows``);
+  - ``cutedsl cold residual-lost`` / ``-inductor``: the chains with a residual made to lose, the
+    inlined GEMM autotuned with ATen only (the default) / with Inductor's backends (``--rows``).
 """
 
 from __future__ import annotations
@@ -88,25 +91,57 @@ class _Winners:
 NO_LOADER = "cutedsl cold no-loader"
 ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
 INDUCTOR_TIMING = "cutedsl cold inductor-timing"
-# the cold compile when every fused chain loses (forced: our fused choices are filtered out of the
-# autotunes), with Inductor's own backends for the inlined GEMMs, then with ATen only
+# the cold compile when every fused chain loses: our fused choices are compiled and timed as in any
+# fused autotune, then their times are multiplied by FORCED_LOSS_FACTOR (so the autotune waits for
+# our kernels and times them, as a real loss does); the inlined GEMMs autotuned with Inductor's own
+# backends, then with ATen only (the default)
 FORCED_LOSS = "cutedsl cold unfused-forced"
 FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
+# the same for the chains with a residual only (the MLP's down-projection, a near tie when it was
+# measured): their chain loses, the others autotune as usual
+RESIDUAL_LOST = "cutedsl cold residual-lost"
+RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
+FORCED_LOSS_FACTOR = 1000.0
 AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},
                INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"},
-               FORCED_LOSS: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1"},
-               FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "ATEN"}}
-# keeps every choice but ours (the unfused subgraph's name contains "unfused")
-_FORCE_UNFUSED_REGEX = r"unfused|^(?!cutedsl)"
+               FORCED_LOSS: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"},
+               FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "ATEN"},
+               RESIDUAL_LOST: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_"},
+               RESIDUAL_LOST_INDUCTOR: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_",
+                                        "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"}}
 
 
+@contextlib.contextmanager
 def _forced_unfused():
-    """Inductor's choice filter set to drop our fused and plain choices, under $CUTEDSL_BENCH_FORCE_UNFUSED."""
-    import torch._inductor.config as config
+    """Under $CUTEDSL_BENCH_FORCE_UNFUSED ("1": all, else a regular expression searched in our
+    choices' names): those of our fused autotunes' choices report their device time x
+    FORCED_LOSS_FACTOR, so the unfused ops win after the whole autotune ran. Needs the device
+    timing of fused autotunes (the default), where those times are taken."""
+    import re
 
-    if not os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED"):
-        return contextlib.nullcontext()
-    return config.patch({"test_configs.autotune_choice_name_regex": _FORCE_UNFUSED_REGEX})
+    from ..inductor import device_timing
+
+    which = os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED", "")
+    if not which:
+        yield
+        return
+    pattern = re.compile("" if which == "1" else which)
+    if not device_timing.enabled():
+        raise RuntimeError("a forced loss needs the device timing of fused autotunes (unset CUTEDSL_FUSED_TIMING)")
+    install = device_timing.install_on_ours
+
+    def install_losing(choice, call, kwargs):
+        install(choice, call, kwargs)
+        if not pattern.search(getattr(choice, "name", "")):
+            return
+        timed = choice.benchmark
+        choice.benchmark = lambda *args, out: FORCED_LOSS_FACTOR * timed(*args, out=out)
+
+    device_timing.install_on_ours = install_losing
+    try:
+        yield
+    finally:
+        device_timing.install_on_ours = install
 
 
 @contextlib.contextmanager
@@ -218,19 +253,22 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                             blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False,
-                            warmup_row: bool = False, timing_row: bool = False, loss_rows: bool = False) -> list:
+                            warmup_row: bool = False, timing_row: bool = False, loss_rows: bool = False,
+                            rounds: int = 1, rows_between=None) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
-    baseline shows the run-to-run spread. Ratios against the mean of the two baselines.
+    baseline shows the run-to-run spread. Ratios against the mean of the block's baselines.
     ``no_loader_row`` adds a cold row with the background loader off, ``warmup_row`` one with the
     DSL start-up at enable(), ``timing_row`` one with Inductor's timing of the fused autotunes,
-    ``loss_rows`` the two forced-loss rows, all before the last baseline."""
+    ``loss_rows`` the two forced-loss rows, all before the last baseline. ``rounds`` repeats that
+    order (each round with an empty kernel cache) and ends with each variant's median.
+    ``rows_between``: the variants between the two baselines instead of those."""
     import json
+    import statistics
     import subprocess
     import sys
 
-    kernel_root = tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
     rows = []
     for block in blocks:
         block_rows = []
@@ -238,18 +276,25 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
             (ENABLE_WARMUP,) if warmup_row else ()) + ((INDUCTOR_TIMING,) if timing_row else ()) + (
             (FORCED_LOSS, FORCED_LOSS_ATEN) if loss_rows else ()) + (
             "aten+triton",)
-        for variant in order:
-            out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")
-            cmd = [sys.executable, "-m", "cutedsl_backend", "bench-inductor", "--tokens", str(tokens), "--d", str(d),
-                   "--hidden", str(hidden), "--dtype", dtype, "--blocks", block, "--variants", variant,
-                   "--kernel-dir", kernel_root, "--json", out]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                log(f"{block} {variant}: failed\n{p.stderr[-2000:]}")
-                continue
-            for line in p.stdout.splitlines():
-                log(line)
-            block_rows += json.load(open(out))
+        if rows_between:
+            order = ("aten+triton", *rows_between, "aten+triton")
+        for round_ in range(rounds):
+            kernel_root = tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")  # cold rows start empty
+            for variant in order:
+                out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")
+                cmd = [sys.executable, "-m", "cutedsl_backend", "bench-inductor", "--tokens", str(tokens), "--d",
+                       str(d), "--hidden", str(hidden), "--dtype", dtype, "--blocks", block, "--variants", variant,
+                       "--kernel-dir", kernel_root, "--json", out]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                if p.returncode != 0:
+                    log(f"{block} {variant}: failed\n{p.stderr[-2000:]}")
+                    continue
+                for line in p.stdout.splitlines():
+                    log(line)
+                new_rows = json.load(open(out))
+                for r in new_rows:
+                    r["round"] = round_
+                block_rows += new_rows
         base = [r for r in block_rows if r["variant"] == "aten+triton"]
         if base:
             ms = sum(r["ms"] for r in base) / len(base)
@@ -259,5 +304,12 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
                 r["compile_ratio_vs_aten_triton"] = r["compile_s"] / cs
                 log(f"{block:14s} {r['variant']:14s} {r['ms']:.4f} ms/call ({r['speedup_vs_aten_triton']:.3f}x), "
                     f"compile {r['compile_s']:.2f} s ({r['compile_ratio_vs_aten_triton']:.2f}x)")
+            if rounds > 1:
+                for variant in dict.fromkeys(r["variant"] for r in block_rows):
+                    mine = [r for r in block_rows if r["variant"] == variant]
+                    log(f"{block:14s} {variant:14s} median of {len(mine)}: "
+                        f"{statistics.median(r['speedup_vs_aten_triton'] for r in mine):.3f}x block, compile "
+                        f"{statistics.median(r['compile_ratio_vs_aten_triton'] for r in mine):.2f}x (max "
+                        f"{max(r['compile_ratio_vs_aten_triton'] for r in mine):.2f}x)")
         rows += block_rows
     return rows

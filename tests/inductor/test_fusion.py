@@ -205,10 +205,34 @@ def test_training_graphs_stay_correct(inductor):
         torch.testing.assert_close(g.float(), ref, atol=0.1, rtol=0.05)
 
 
-@pytest.mark.parametrize("setting", [None, "aten"])
-def test_unfused_winner_gemm_backends(inductor, monkeypatch, setting):
-    """When the unfused ops win a fused autotune, their GEMM is lowered under Inductor's own backend
-    setting, or under $CUTEDSL_UNFUSED_GEMM_BACKENDS where set."""
+@pytest.mark.parametrize("setting, user, expected", [
+    (None, "ATEN,TRITON", "ATEN"),  # default: ATen only
+    (None, "TRITON", None),  # a setting without ATen is left alone
+    (None, "ATEN", None),
+    ("inductor", "ATEN,TRITON", None),
+    ("aten,cutlass", "ATEN,TRITON", "ATEN,CUTLASS"),
+])
+def test_unfused_gemm_backends_setting(monkeypatch, setting, user, expected):
+    """The backends an inlined chain's GEMM is autotuned with (None: Inductor's setting stands)."""
+    import torch._inductor.config as config
+
+    from cutedsl_backend.inductor import lowering
+
+    if setting:
+        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", setting)
+    else:
+        monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
+    with config.patch(max_autotune_gemm_backends=user):
+        assert lowering.unfused_gemm_backends() == expected
+
+
+@pytest.mark.parametrize("setting, user, expected", [
+    (None, "ATEN,TRITON", "ATEN"),  # default: ATen only, once the unfused ops won
+    ("inductor", "ATEN,TRITON", "ATEN,TRITON"),
+])
+def test_unfused_winner_gemm_backends(inductor, monkeypatch, setting, user, expected):
+    """When the unfused ops win a fused autotune, their GEMM is lowered with ATen only by default
+    and with Inductor's own setting under $CUTEDSL_UNFUSED_GEMM_BACKENDS=inductor."""
     import torch._inductor.config as config
 
     from cutedsl_backend.inductor import lowering
@@ -227,10 +251,10 @@ def test_unfused_winner_gemm_backends(inductor, monkeypatch, setting):
     monkeypatch.setattr(lowering, "_inline", recording_inline)
     x, w, b = rand(256, 128), rand(192, 128), rand(192)
     fn = (lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"))
-    with config.patch({"test_configs.autotune_choice_name_regex": "unfused|aten|addmm"}), \
-            config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
+    with config.patch({"test_configs.autotune_choice_name_regex": "unfused|aten|addmm|triton"}), \
+            config.patch(max_autotune_gemm_backends=user):
         out, code = compile_and_code(fn, x, w, b)
-    assert seen == ["ATEN" if setting else "ATEN,TRITON"], seen
+    assert seen == [expected], seen
     assert "cutedsl_gemm_ab" not in code  # the unfused ops, not ours
     assert_close(out, F.gelu(x.double() @ w.double().t() + b.double(), approximate="tanh"), 128, "gelu_tanh",
                  roundings=2)

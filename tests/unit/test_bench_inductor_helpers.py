@@ -46,22 +46,45 @@ def test_ab_variants_set_their_environment_for_their_compile_only(monkeypatch):
     assert "," not in NO_LOADER + ENABLE_WARMUP  # --variants splits on commas
 
 
-def test_forced_loss_filter_keeps_everything_but_our_choices(monkeypatch):
-    import re
+def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
+    """The forced-loss rows keep our choices in the autotune (compiled, timed) and multiply their
+    times, so the unfused ops win after the whole autotune; only under the variable, and only with
+    the device timing that takes those times."""
+    import pytest
 
+    from cutedsl_backend.inductor import device_timing
     from cutedsl_backend.validation import bench_inductor as bi
 
-    keep = ["cutedsl_fused_gemm_ab_bias_res_unfused", "triton_mm_17", "addmm", "bias_addmm", "mm"]
-    drop = ["cutedsl_gemm_ab_bias_res_3fba6f93f1", "cutedsl_gemm_ab_120_3fba6f93f1"]
-    assert all(re.search(bi._FORCE_UNFUSED_REGEX, n) for n in keep)
-    assert not any(re.search(bi._FORCE_UNFUSED_REGEX, n) for n in drop)
-    assert bi.AB_VARIANTS[bi.FORCED_LOSS_ATEN]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "ATEN"
-    import torch._inductor.config as config
+    class Choice:
+        name = "cutedsl_gemm_ab_bias_3fba6f93f1"
 
+    def fake_install(choice, call, kwargs):  # stands for the device timer's installation
+        choice.benchmark = lambda *args, out: call(*args, **kwargs)
+
+    monkeypatch.setattr(device_timing, "install_on_ours", fake_install)
+    assert bi.AB_VARIANTS[bi.FORCED_LOSS_ATEN]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "ATEN"
+    assert bi.AB_VARIANTS[bi.FORCED_LOSS]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "inductor"
     monkeypatch.delenv("CUTEDSL_BENCH_FORCE_UNFUSED", raising=False)
     with bi._forced_unfused():
-        assert config.test_configs.autotune_choice_name_regex is None
+        assert device_timing.install_on_ours is fake_install
     monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "1")
+    monkeypatch.delenv("CUTEDSL_FUSED_TIMING", raising=False)
     with bi._forced_unfused():
-        assert config.test_configs.autotune_choice_name_regex == bi._FORCE_UNFUSED_REGEX
-    assert config.test_configs.autotune_choice_name_regex is None
+        c = Choice()
+        device_timing.install_on_ours(c, lambda x, scale: x * scale, {"scale": 2.0})
+        assert c.benchmark(0.1, out=None) == pytest.approx(0.2 * bi.FORCED_LOSS_FACTOR)
+    assert device_timing.install_on_ours is fake_install
+    monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "_res_")  # only the choices it names lose
+    with bi._forced_unfused():
+        res, plain = Choice(), Choice()
+        res.name, plain.name = "cutedsl_gemm_ab_bias_res_3fba6f93f1", "cutedsl_gemm_ab_bias_3fba6f93f1"
+        for c in (res, plain):
+            device_timing.install_on_ours(c, lambda x: x, {})
+        assert res.benchmark(0.5, out=None) == pytest.approx(0.5 * bi.FORCED_LOSS_FACTOR)
+        assert plain.benchmark(0.5, out=None) == 0.5
+    assert bi.AB_VARIANTS[bi.RESIDUAL_LOST]["CUTEDSL_BENCH_FORCE_UNFUSED"] == "_res_"
+    assert len({v.split()[-1] for v in bi.AB_VARIANTS}) == len(bi.AB_VARIANTS)  # each its own cold cache dir
+    monkeypatch.setenv("CUTEDSL_FUSED_TIMING", "inductor")
+    with pytest.raises(RuntimeError, match="device timing"):
+        with bi._forced_unfused():
+            pass
