@@ -123,10 +123,15 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
     def benchmark(*args, out):
         import torch
 
+        from .. import compiler
+
         if out is not None and out.numel() == 0:
             return 0.0
+        name = getattr(choice, "name", "")
+        compiler._event("benchmark starts", name)  # bench-inductor's timeline: where the autotune's time goes
         if prepare is not None:
             prepare()
+            compiler._event("subgraph compiled", name)
         device = next((a.device for a in (*args, out) if isinstance(a, torch.Tensor) and a.is_cuda), None)
         try:
             with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
@@ -135,6 +140,7 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
                     out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
                 ms = device_ms_per_call(lambda: run(args), warm_up=not ran)  # that run was the warm-up
             COUNTS[kind] += 1
+            compiler._event(f"benchmark done ({ms:.4f} ms)", name)
             return ms
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
             torch.cuda.synchronize()

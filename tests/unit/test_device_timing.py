@@ -64,9 +64,15 @@ def test_ours_timed_through_the_device_timer_with_the_bound_kwargs(monkeypatch):
     device_timing.install_on_ours(choice, op, {"kernel_config": "cfg_x"})
     x = torch.ones(2, 2)
     out = torch.empty(2, 2)
+    from cutedsl_backend import compiler
+
+    compiler.EVENTS.clear()
     assert choice.benchmark(x, x, out=out) == 0.25
     assert choice.inductor_calls == 0
     assert seen == ["cfg_x", "cfg_x"]  # once for the output check, once timed
+    # bench-inductor's timeline shows each benchmark's start and end
+    assert [(e[1], e[2]) for e in compiler.EVENTS] == [("benchmark starts", "fake_choice"),
+                                                       ("benchmark done (0.2500 ms)", "fake_choice")]
     torch.testing.assert_close(out, x + x)
     assert choice.benchmark(x, x, out=torch.empty(0)) == 0.0  # nothing to time
 
