@@ -1,8 +1,16 @@
-"""A compile worker: ``python -m cutedsl_backend.compile_worker`` (started by compiler._WorkerPool).
+"""Compile workers (started by compiler._WorkerPool), in one of two ways:
 
-Reads pickled jobs on stdin, one at a time: ``(problem, config, epilogue)`` to compile into the
-disk cache, or ``(None,)`` to just finish starting (the DSL import). Writes one pickled
-``(ok, result or exception)`` per job on stdout; anything else the compiler prints goes to stderr.
+- ``python -m cutedsl_backend.compile_worker``: one worker; jobs on stdin, replies on stdout.
+- ``python -m cutedsl_backend.compile_worker --zygote FD``: imports the DSL once, then forks one
+  worker per request received on the AF_UNIX socket ``FD``; each request carries the worker's
+  own socket (SCM_RIGHTS), on which it takes jobs and replies. N workers then cost one DSL
+  import instead of N at once: the import is seconds of CPU each, paid while the compiling
+  process traces its graph (a fork of the imported, single-threaded zygote costs milliseconds).
+
+A job is a pickled ``(problem, config, epilogue, cache dir)`` to compile into the disk cache,
+``(None,)`` to just finish starting, or ``("ping",)`` (answered with the worker's pid and parent
+pid). One pickled ``(ok, result or exception)`` is written per job; anything the compiler prints
+goes to stderr.
 """
 
 from __future__ import annotations
@@ -12,26 +20,69 @@ import pickle
 import sys
 
 
-def main() -> None:
-    results = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    sys.stdout = sys.stderr  # keep the result channel clean of prints
-    import cutlass.cute  # noqa: F401  (the DSL import, paid once per worker)
-
+def _serve(jobs, replies) -> None:
+    """Answer jobs from the binary stream ``jobs`` on ``replies`` until ``jobs`` ends."""
     from .compiler import worker_compile
 
     while True:
         try:
-            job = pickle.load(sys.stdin.buffer)
+            job = pickle.load(jobs)
         except EOFError:
             return
         reply: tuple
         try:
-            reply = (True, None if job[0] is None else worker_compile(*job))
+            if job[0] is None:
+                reply = (True, None)
+            elif job[0] == "ping":
+                reply = (True, (os.getpid(), os.getppid()))
+            else:
+                reply = (True, worker_compile(*job))
         except Exception as e:
             reply = (False, e)
-        pickle.dump(reply, results)
-        results.flush()
+        pickle.dump(reply, replies)
+        replies.flush()
+
+
+def _zygote(control_fd: int) -> None:
+    """Fork a worker for each socket received on ``control_fd``; return when the pool's end closes."""
+    import signal
+    import socket
+
+    control = socket.socket(fileno=control_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
+    while True:
+        try:
+            _msg, fds, _flags, _addr = socket.recv_fds(control, 1, 1)
+        except OSError:
+            return
+        if not fds:  # end of stream: the compiling process is gone
+            return
+        if os.fork() == 0:
+            code = 0
+            try:
+                control.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a compile may wait on its own children
+                conn = socket.socket(fileno=fds[0])
+                _serve(conn.makefile("rb"), conn.makefile("wb"))
+            except BaseException:  # noqa: BLE001 - a worker never returns into the zygote's loop
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(fds[0])
+
+
+def main(argv: list) -> None:
+    results = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # keep the result channel clean of prints
+    import cutlass.cute  # noqa: F401  (the DSL import, paid once per worker, or once per zygote)
+
+    from . import compiler  # noqa: F401  (imported before any fork)
+
+    if argv[:1] == ["--zygote"]:
+        _zygote(int(argv[1]))
+    else:
+        _serve(sys.stdin.buffer, results)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -556,9 +556,10 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
 
 
 # ---------------------------------------------------------------------------- precompile in workers
-# cute.compile is not thread-safe, so parallel compiles need processes. The workers are plain
-# subprocesses (``python -m cutedsl_backend.compile_worker``), not multiprocessing children: spawn
-# would re-run the caller's __main__ module in each of them.
+# cute.compile is not thread-safe, so parallel compiles need processes. The workers are forked from
+# one zygote subprocess that imported the DSL once (``python -m cutedsl_backend.compile_worker
+# --zygote``; $CUTEDSL_WORKER_FORK=0: each worker a subprocess of its own), not multiprocessing
+# children: spawn and forkserver would re-run the caller's __main__ module in each of them.
 
 _POOL: Optional["_WorkerPool"] = None
 _POOL_LOCK = threading.Lock()
@@ -574,6 +575,16 @@ def precompile_workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
+def fork_workers_enabled() -> bool:
+    """Workers forked from one zygote process that imported the DSL once (see compile_worker),
+    unless $CUTEDSL_WORKER_FORK is 0 or the platform lacks fork / fd passing: then each worker is
+    a fresh subprocess with its own DSL import."""
+    import socket
+
+    return (os.environ.get("CUTEDSL_WORKER_FORK", "1") != "0" and hasattr(os, "fork")
+            and hasattr(socket, "send_fds"))
+
+
 class _WorkerPool:
     """Worker processes fed pickled (problem, config, epilogue) jobs, one feeding thread each."""
 
@@ -581,6 +592,8 @@ class _WorkerPool:
         import queue
 
         self.jobs: "queue.Queue" = queue.Queue()
+        self._zygote = None  # (Popen, control socket) once started; see _fork_worker
+        self._zygote_lock = threading.Lock()
         self.threads = [threading.Thread(target=self._serve, name=f"cutedsl-compile-{i}", daemon=True)
                         for i in range(workers)]
         for t in self.threads:
@@ -591,26 +604,66 @@ class _WorkerPool:
         self.jobs.put((fut, job))
         return fut
 
-    def _serve(self) -> None:
-        import pickle
+    @staticmethod
+    def _env() -> dict:
         import sys
 
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        proc = None
+        return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+    def _spawn_worker(self):
+        """A fresh worker subprocess: (job stream, reply stream, liveness check)."""
+        import sys
+
+        proc = subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env())
+        return proc.stdin, proc.stdout, lambda: proc.poll() is None
+
+    def _fork_worker(self):
+        """A worker forked from the zygote (started on first use, restarted if it died)."""
+        import socket
+        import sys
+
+        with self._zygote_lock:
+            if self._zygote is None or self._zygote[0].poll() is not None:
+                ours, theirs = socket.socketpair()
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "cutedsl_backend.compile_worker", "--zygote", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    env=self._env())
+                theirs.close()
+                self._zygote = (proc, ours)
+            control = self._zygote[1]
+            conn, theirs = socket.socketpair()
+            try:
+                socket.send_fds(control, [b"w"], [theirs.fileno()])
+            finally:
+                theirs.close()
+        # a dead worker shows as end of stream (EOFError) on the next reply
+        return conn.makefile("wb"), conn.makefile("rb"), lambda: True
+
+    def _serve(self) -> None:
+        import pickle
+
+        worker = None  # (job stream, reply stream, alive())
         while True:
             fut, job = self.jobs.get()
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                if proc is None or proc.poll() is not None:
-                    proc = subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker"],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                pickle.dump(job, proc.stdin)
-                proc.stdin.flush()
-                ok, value = pickle.load(proc.stdout)
+                if worker is None or not worker[2]():
+                    worker = None
+                    if fork_workers_enabled():
+                        try:
+                            worker = self._fork_worker()
+                        except OSError as e:  # no zygote: a worker of its own, as without fork
+                            log.info("cutedsl: forked compile worker unavailable (%s); spawning one", e)
+                    worker = worker or self._spawn_worker()
+                pickle.dump(job, worker[0])
+                worker[0].flush()
+                ok, value = pickle.load(worker[1])
             except Exception as e:  # the worker died: the job fails, the next one starts a new worker
                 ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
-                proc = None
+                worker = None
             if ok:
                 fut.set_result(value)
             else:

@@ -13,7 +13,8 @@
 # inductor-timing - both blocks with the Inductor-timing A/B row; gpu-inductor - tests/gpu/test_inductor_sm90.py;
 # inductor-loss - both blocks with the forced-loss rows (CUTEDSL_UNFUSED_GEMM_BACKENDS A/B); (session 7)
 # loss-rounds - the MLP's rows with the forced-loss rows, 3 rounds, medians; loss-outproj - the
-# out-projection's forced-loss rows; residual-lost - the MLP with its residual chain made to lose, 2 rounds. Logs and JSON go to $OUT.
+# out-projection's forced-loss rows; residual-lost - the MLP with its residual chain made to lose, 2 rounds; outproj-rounds - the
+# out-projection's default rows, 3 rounds; workers-ab - forked against spawned compile workers. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -48,6 +49,13 @@ run() {
         step "bench-inductor out-proj, forced-loss rows" 200 python3 -m cutedsl_backend bench-inductor --isolated \
           --blocks attn_out_proj --rows "cutedsl cold,cutedsl cold unfused-forced,cutedsl cold unfused-forced-aten" \
           --json "$out/bench-inductor-loss-outproj.json" ;;
+      outproj-rounds)  # the out-projection's default rows, 3 rounds: its cold compile ratio's spread, and
+        # (timeline: benchmark starts/done) where its fused autotune's time goes
+        step "bench-inductor out-proj x3" 330 python3 -m cutedsl_backend bench-inductor --isolated \
+          --blocks attn_out_proj --rounds 3 --json "$out/bench-inductor-outproj-rounds.json" ;;
+      workers-ab)  # session 7: forked compile workers (default) against spawned ones, both blocks, 2 rounds
+        step "bench-inductor, worker fork A/B x2" 560 python3 -m cutedsl_backend bench-inductor --isolated \
+          --rounds 2 --rows "cutedsl cold,cutedsl cold spawned-workers" --json "$out/bench-inductor-workers-ab.json" ;;
       residual-lost)  # session 7: the MLP with only its residual chain (down-projection) made to lose, 2 rounds
         step "bench-inductor mlp, residual chain lost x2" 360 python3 -m cutedsl_backend bench-inductor --isolated \
           --blocks mlp --rounds 2 --rows "cutedsl cold,cutedsl cold residual-lost,cutedsl cold residual-lost-inductor" \

@@ -14,6 +14,8 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``cutedsl cold unfused-forced`` / ``-aten``: cold with every fused chain made to lose after
     its autotune ran, the inlined GEMMs autotuned with Inductor's backends / with ATen only
     (``--loss-rows``);
+  - ``cutedsl cold spawned-workers``: cold with each compile worker a subprocess of its own
+    (``--rows``; the default forks them from one process that imported the DSL once);
   - ``cutedsl cold residual-lost`` / ``-inductor``: the chains with a residual made to lose, the
     inlined GEMM autotuned with ATen only (the default) / with Inductor's backends (``--rows``).
 """
@@ -99,6 +101,9 @@ FORCED_LOSS = "cutedsl cold unfused-forced"
 FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
 # the same for the chains with a residual only (the MLP's down-projection, a near tie when it was
 # measured): their chain loses, the others autotune as usual
+# each compile worker a subprocess with its own DSL import (before session 7: now they are forked
+# from one zygote that imported it once)
+SPAWNED_WORKERS = "cutedsl cold spawned-workers"
 RESIDUAL_LOST = "cutedsl cold residual-lost"
 RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
 FORCED_LOSS_FACTOR = 1000.0
@@ -106,6 +111,7 @@ AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUT
                INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"},
                FORCED_LOSS: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"},
                FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "ATEN"},
+               SPAWNED_WORKERS: {"CUTEDSL_WORKER_FORK": "0"},
                RESIDUAL_LOST: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_"},
                RESIDUAL_LOST_INDUCTOR: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_",
                                         "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"}}

@@ -63,24 +63,52 @@ def test_choice_names_carry_the_build_tag(inductor, feedback):
     assert names == {f"cutedsl_gemm_ab_{build_tag()}"}
 
 
-def test_worker_process_compiles(tmp_path, monkeypatch):
-    """The compile worker (a subprocess, not a multiprocessing child) builds a real sm_90a kernel."""
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_worker_process_compiles(tmp_path, monkeypatch, fork):
+    """A compile worker (forked from the zygote, or a subprocess of its own; never a
+    multiprocessing child) builds a real sm_90a kernel."""
+    import os
+
     from cutedsl_backend import compiler
     from cutedsl_backend.configs import quick_configs
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.problem import make_problem
 
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
-    pool = compiler._WorkerPool(1)
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", fork)
+    pool = compiler._WorkerPool(2)
     problem = make_problem(256, 256, 128, dtype="bfloat16")
     cfg = quick_configs("sm90a")[3]
     spec = EpilogueSpec(activation="relu")
-    assert pool.submit(None).result(timeout=120) is None  # the warm-up job
+    assert [f.result(timeout=120) for f in [pool.submit(None), pool.submit(None)]] == [None, None]  # warm-up
+    parents = {pool.submit("ping").result(timeout=60)[1] for _ in range(4)}
+    if fork == "1":  # both workers are children of one zygote, not of this process
+        assert len(parents) == 1 and os.getpid() not in parents
+    else:
+        assert parents == {os.getpid()}
     key, seconds, hit = pool.submit(problem, cfg, spec).result(timeout=300)
     assert key == compiler._resolve(problem, cfg, spec)[1]
     assert seconds > 0 and hit in ("", "disk")
     if not compiler.driver_available():  # no disk cache to hand results over: nothing is queued
         assert compiler.precompile_async(problem, cfg, spec) is None
+
+
+def test_a_dead_forked_worker_fails_its_job_and_is_replaced(monkeypatch):
+    """A forked worker killed mid-way: its job fails with a clear error, the next job gets a
+    new worker from the same zygote."""
+    import os
+    import signal
+
+    from cutedsl_backend import compiler
+
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+    pool = compiler._WorkerPool(1)
+    pid, zygote = pool.submit("ping").result(timeout=120)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="compile worker failed"):
+        pool.submit("ping").result(timeout=60)
+    new_pid, new_zygote = pool.submit("ping").result(timeout=60)
+    assert new_pid != pid and new_zygote == zygote
 
 
 # ---------------------------------------------------------------- the background loader
