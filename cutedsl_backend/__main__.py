@@ -158,6 +158,10 @@ def main(argv=None) -> int:
         from .validation.bench_inductor import bench_inductor, bench_inductor_isolated
 
         blocks = tuple(args.blocks.split(","))
+        if not args.isolated and (args.rounds != 1 or args.rows):
+            bi.error("--rounds and --rows need --isolated")
+        if args.rounds < 1:
+            bi.error("--rounds must be at least 1")
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
                                            no_loader_row=args.no_loader_row, warmup_row=args.warmup_row,

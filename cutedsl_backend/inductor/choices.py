@@ -12,6 +12,7 @@ from the FX graph cache in a fresh process finds them.
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from typing import Any, Optional
 
@@ -127,6 +128,47 @@ def device_arch(device) -> str:
     return STATE.device_arch(device)
 
 
+def unfused_gemm_backends() -> Optional[str]:
+    """The ``max_autotune_gemm_backends`` for the GEMM of a chain whose unfused ops beat our fused
+    kernel, now (inlined by the lowering) or in an earlier compile (left unfused by the fusion
+    pass; see :func:`aten_only_where_lost`): "ATEN" (cuBLAS and cuBLASLt's bias epilogue, the
+    winners of every such autotune measured on the H200) where Inductor's setting includes ATen
+    and more, so a cold compile does not pay a second GEMM autotune, with Triton's template
+    compiles, after ours. None: Inductor's setting stands (also under
+    ``$CUTEDSL_UNFUSED_GEMM_BACKENDS=inductor``; the default is ``aten``)."""
+    from torch._inductor import config as inductor_config
+
+    value = os.environ.get("CUTEDSL_UNFUSED_GEMM_BACKENDS", "aten").strip().lower() or "aten"
+    if value == "inductor":
+        return None
+    if value != "aten":
+        log.warning("cutedsl: CUTEDSL_UNFUSED_GEMM_BACKENDS=%r: expected 'aten' or 'inductor'; using 'aten'", value)
+    current = [b.strip().upper() for b in str(getattr(inductor_config, "max_autotune_gemm_backends", "")).split(",")]
+    return "ATEN" if "ATEN" in current and current != ["ATEN"] else None
+
+
+def aten_only_where_lost(templates: list) -> list:
+    """Inductor's candidate templates for the GEMM being lowered: ATen's alone (its
+    ExternKernelChoices) where that GEMM's chain was left unfused because the unfused ops won
+    there before (fusion pass mark; the restriction of :func:`unfused_gemm_backends`), else all."""
+    from torch._inductor.select_algorithm import ExternKernelChoice
+    from torch._inductor.virtualized import V
+
+    node = getattr(V.graph, "current_node", None)
+    if node is None or not node.meta.get(NO_PLAIN_CANDIDATES) or unfused_gemm_backends() != "ATEN":
+        return templates
+    kept = [t for t in templates if isinstance(t, ExternKernelChoice)]
+    return kept or templates
+
+
+def settings_tag() -> str:
+    """The settings that change the code our lowerings produce, for the FX graph cache keys."""
+    from . import device_timing
+
+    return (f"unfused:{unfused_gemm_backends() or 'inductor'}"
+            f"-timing:{'queued' if device_timing.enabled() else 'inductor'}")
+
+
 class CuteDSLChoices(InductorChoices):
     """Inductor's choices handler with our GEMM candidates added (only under max-autotune).
     ``inner``: the handler this one replaced; its candidate lists are kept."""
@@ -136,14 +178,17 @@ class CuteDSLChoices(InductorChoices):
         self._inner = inner
 
     def uuid(self) -> str:  # part of the FX graph cache key (torch 2.13+ asks for it)
-        return f"cutedsl-{build_tag()}"
+        return f"cutedsl-{build_tag()}-{settings_tag()}"
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
+        active = STATE.enabled and op_name in STATE.ops and autotuning()
+        if active:
+            templates = aten_only_where_lost(templates)
         if self._inner is not None:
             choices = self._inner.get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
         else:
             choices = super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
-        if not (STATE.enabled and op_name in STATE.ops and autotuning()):
+        if not active:
             return choices
         try:
             ours = plain_gemm_choices(kernel_inputs, op_name, kwarg_overrides)

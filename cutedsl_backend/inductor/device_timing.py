@@ -113,11 +113,11 @@ def device_ms_per_call(fn: Callable[[], object], max_duration_ms: float = 25.0, 
 
 
 def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: str,
-             prepare: Optional[Callable[[], None]] = None) -> None:
+             prepare: Optional[Callable[[], bool]] = None) -> None:
     """Replace ``choice.benchmark`` (on this object) by :func:`device_ms_per_call` of ``run(args)``
     on the inputs' GPU; where the timing fails, the choice keeps Inductor's timing and a warning
-    says so. ``prepare`` (a compile) runs first, outside that fallback: its errors are the
-    choice's own, as under Inductor's timing."""
+    says so. ``prepare`` (a compile; True where it compiled) runs first, outside that fallback:
+    its errors are the choice's own, as under Inductor's timing."""
     inductor_benchmark = choice.benchmark
 
     def benchmark(*args, out):
@@ -127,10 +127,10 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
 
         if out is not None and out.numel() == 0:
             return 0.0
-        name = getattr(choice, "name", "")
-        compiler._event("benchmark starts", name)  # bench-inductor's timeline: where the autotune's time goes
-        if prepare is not None:
-            prepare()
+        # bench-inductor's timeline: where the autotune's time goes (ours named with their config)
+        name = f"{getattr(choice, 'name', '')} {getattr(choice, 'description', '')}".strip()
+        compiler._event("benchmark starts", name)
+        if prepare is not None and prepare():
             compiler._event("subgraph compiled", name)
         device = next((a.device for a in (*args, out) if isinstance(a, torch.Tensor) and a.is_cuda), None)
         try:
@@ -145,6 +145,7 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
             torch.cuda.synchronize()
             COUNTS["fallbacks"] += 1
+            compiler._event("benchmark falls back to Inductor's timing", name)
             log.warning("cutedsl: %s could not be timed on the device (%s: %s); Inductor's timing used",
                         getattr(choice, "name", choice), type(e).__name__, e)
             return inductor_benchmark(*args, out=out)
@@ -167,9 +168,11 @@ def install_on_subgraph(choice) -> Optional[str]:
     if missing:
         return f"the subgraph choice has no {', '.join(missing)} on this torch"
 
-    def compile_once():
-        if choice._compiled_module is None:
-            choice._compiled_module = choice._compile_for_benchmarking()
+    def compile_once() -> bool:
+        if choice._compiled_module is not None:
+            return False
+        choice._compiled_module = choice._compile_for_benchmarking()
+        return True
 
     def run(args):
         return choice._compiled_module.call([*choice.sym_input_values, *args])  # call() clears its list

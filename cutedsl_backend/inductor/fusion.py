@@ -48,7 +48,9 @@ class FusionPass(CustomGraphPass):
             fuse_epilogues(graph)
 
     def uuid(self) -> Optional[Any]:
-        return f"cutedsl-fusion-{build_tag()}"
+        from .choices import settings_tag
+
+        return f"cutedsl-fusion-{build_tag()}-{settings_tag()}"
 
 
 class ChainedPass(CustomGraphPass):

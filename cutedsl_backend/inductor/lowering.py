@@ -11,7 +11,7 @@ Inductor's own timing of a call counts its host time once a compile's CPU load m
 host time exceed its kernel's).
 If the unfused computation wins, it is inlined into the graph and Inductor lowers it as if we were
 not there (its Triton fusion of the pointwise ops; its GEMM autotuned with ATen only by default,
-see :func:`unfused_gemm_backends`). An op with a
+see :func:`.choices.unfused_gemm_backends`). An op with a
 ``kernel_config`` (or a compile without max-autotune) becomes a plain fallback kernel.
 
 The pieces (``lowerings`` registration for our own ops, SubgraphTemplate, autotune_select_algorithm,
@@ -26,14 +26,13 @@ import functools
 import inspect
 import itertools
 import logging
-import os
 import time
 
 import torch
 
 from .. import compiler
 from . import decisions, device_timing, ops
-from .choices import autotuning, bind, offer_for, suppress
+from .choices import autotuning, bind, offer_for, suppress, unfused_gemm_backends
 from .eligibility import Sizes, operand_from_ir
 from .state import STATE
 
@@ -152,27 +151,9 @@ def _lower(kind: tuple, *args, **kwargs):
     return node
 
 
-def unfused_gemm_backends():
-    """The ``max_autotune_gemm_backends`` Inductor autotunes the GEMM of a chain with, once its
-    unfused ops beat our fused kernel (or did before: decision cache). Default: ATen only (cuBLAS
-    and cuBLASLt's bias epilogue, the only winners of those autotunes measured on the H200) where
-    Inductor's setting includes ATen: the cold compile otherwise pays a second GEMM autotune, with
-    Triton's template compiles, after ours. ``$CUTEDSL_UNFUSED_GEMM_BACKENDS``: "inductor" keeps
-    Inductor's setting; any other value is used as the setting. None: leave Inductor's as it is."""
-    from torch._inductor import config as inductor_config
-
-    value = os.environ.get("CUTEDSL_UNFUSED_GEMM_BACKENDS", "").strip()
-    if value.lower() == "inductor":
-        return None
-    if value:
-        return value.upper()
-    current = [b.strip().upper() for b in str(getattr(inductor_config, "max_autotune_gemm_backends", "")).split(",")]
-    return "ATEN" if "ATEN" in current and current != ["ATEN"] else None
-
-
 def _inline_unfused(fn, inputs, name, gm=None):
     """:func:`_inline` of a chain whose unfused ops won, its GEMM autotuned with
-    :func:`unfused_gemm_backends`."""
+    :func:`.choices.unfused_gemm_backends`."""
     from torch._inductor import config as inductor_config
 
     backends = unfused_gemm_backends()

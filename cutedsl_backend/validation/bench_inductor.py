@@ -117,6 +117,10 @@ AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUT
                                         "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"}}
 
 
+# choices of ours made to lose (a forced row where none was had nothing to force: see _run_variant)
+FORCED = {"losses": 0}
+
+
 @contextlib.contextmanager
 def _forced_unfused():
     """Under $CUTEDSL_BENCH_FORCE_UNFUSED ("1": all, else a regular expression searched in our
@@ -127,8 +131,8 @@ def _forced_unfused():
 
     from ..inductor import device_timing
 
-    which = os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED", "")
-    if not which:
+    which = os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED", "").strip()
+    if which.lower() in ("", "0", "false"):
         yield
         return
     pattern = re.compile("" if which == "1" else which)
@@ -140,6 +144,7 @@ def _forced_unfused():
         install(choice, call, kwargs)
         if not pattern.search(getattr(choice, "name", "")):
             return
+        FORCED["losses"] += 1
         timed = choice.benchmark
         choice.benchmark = lambda *args, out: FORCED_LOSS_FACTOR * timed(*args, out=out)
 
@@ -174,6 +179,13 @@ def _clear_our_memory_caches():
         ops._TLS.plans.clear()
 
 
+def _short(key: str) -> str:
+    """A timeline key as printed: kernel cache keys (long hex) cut to 12 characters, names whole."""
+    import re
+
+    return key[:12] if re.fullmatch(r"[0-9a-f]{16,}", key) else key
+
+
 def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     import torch
     import torch._dynamo
@@ -195,6 +207,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from ..inductor import device_timing, lowering
 
     stats0 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
+    forced0 = FORCED["losses"]
     try:
         with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused():
             torch.cuda.synchronize()
@@ -218,10 +231,16 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     stats1 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
     ours = {k: round(v - stats0[k], 3) for k, v in stats1.items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
-    timeline = [(round(t - t0, 3), what, key[:12]) for t, what, key in compiler.EVENTS if t0 <= t <= t0 + compile_s]
+    timeline = [(round(t - t0, 3), what, _short(key)) for t, what, key in compiler.EVENTS
+                if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,
            "our_kernel_fetches": ours, "our_timeline": timeline}
+    if "CUTEDSL_BENCH_FORCE_UNFUSED" in AB_VARIANTS.get(variant, {}):
+        row["forced_losses"] = FORCED["losses"] - forced0
+        if not row["forced_losses"]:
+            log(f"{name} {variant}: WARNING: no choice of ours was made to lose (no fused autotune ran "
+                "with the device timing): this row is not a forced loss")
     log(f"{name:14s} {variant:14s} compile {compile_s:7.2f} s  {ms:.4f} ms/call  eager {eager_ms:.4f} ms  "
         f"rel_l2 {err:.2e}  " + "; ".join(f"{w['autotune']}: {w['winner']}" for w in winners.rows))
     log(f"{'':14s} {'':14s} our kernels: {ours}")

@@ -52,7 +52,12 @@ def test_lost_is_not_offered_again(inductor, feedback, debug_log):
 
 
 @pytest.mark.parametrize("outcome", ["won", "lost"])
-def test_fused_op_skips_the_autotune(inductor, feedback, debug_log, outcome):
+def test_fused_op_skips_the_autotune(inductor, feedback, debug_log, outcome, monkeypatch):
+    from torch._inductor.virtualized import V
+
+    from cutedsl_backend.inductor import choices
+    from cutedsl_backend.inductor.state import NO_PLAIN_CANDIDATES
+
     x, w, b = rand(256, 128), rand(192, 128), rand(192)
     fn = (lambda x, w, b: F.relu(F.linear(x, w, b)))
     compile_and_code(fn, x, w, b)
@@ -61,7 +66,13 @@ def test_fused_op_skips_the_autotune(inductor, feedback, debug_log, outcome):
     entry.update(ours_ms=1.0, theirs_ms=2.0) if outcome == "won" else entry.update(ours_ms=2.0, theirs_ms=1.0)
     decisions.path().write_text(json.dumps({k: entry}))
     feedback.rounds.clear()
+    marked = []  # per template request: was the GEMM one left unfused after its recorded loss?
+    restrict = choices.aten_only_where_lost
+    monkeypatch.setattr(choices, "aten_only_where_lost", lambda t: (
+        marked.append(bool(V.graph.current_node.meta.get(NO_PLAIN_CANDIDATES))), restrict(t))[1])
     out, code = recompile(fn, x, w, b)
+    # the left-unfused GEMM's own autotune goes through the ATen-only restriction
+    assert (True in marked) == (outcome == "lost"), marked
     assert not [r for r in feedback.rounds if r[0].startswith("cutedsl_fused_")]
     if outcome == "won":
         assert f"kernel_config='{entry['config']}'" in code and "activation='relu'" in code

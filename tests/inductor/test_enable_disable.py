@@ -61,7 +61,9 @@ def test_user_post_grad_pass_is_kept(clean):
     config.post_grad_custom_post_pass = user
     cbi.enable(device_arch=as_sm90a)
     chained = config.post_grad_custom_post_pass
-    assert chained.uuid() == ("user-pass-1", f"cutedsl-fusion-{cbi.state.build_tag()}")
+    from cutedsl_backend.inductor.choices import settings_tag
+
+    assert chained.uuid() == ("user-pass-1", f"cutedsl-fusion-{cbi.state.build_tag()}-{settings_tag()}")
     chained(torch.fx.Graph())
     assert seen == [0]
     cbi.disable()

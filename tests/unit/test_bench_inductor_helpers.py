@@ -67,12 +67,17 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
     monkeypatch.delenv("CUTEDSL_BENCH_FORCE_UNFUSED", raising=False)
     with bi._forced_unfused():
         assert device_timing.install_on_ours is fake_install
+    monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "0")  # off, not a pattern ("0" is in our names' tags)
+    with bi._forced_unfused():
+        assert device_timing.install_on_ours is fake_install
     monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "1")
     monkeypatch.delenv("CUTEDSL_FUSED_TIMING", raising=False)
+    forced0 = bi.FORCED["losses"]
     with bi._forced_unfused():
         c = Choice()
         device_timing.install_on_ours(c, lambda x, scale: x * scale, {"scale": 2.0})
         assert c.benchmark(0.1, out=None) == pytest.approx(0.2 * bi.FORCED_LOSS_FACTOR)
+    assert bi.FORCED["losses"] == forced0 + 1  # counted: a forced row that forced nothing says so
     assert device_timing.install_on_ours is fake_install
     monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "_res_")  # only the choices it names lose
     with bi._forced_unfused():
@@ -82,6 +87,8 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
             device_timing.install_on_ours(c, lambda x: x, {})
         assert res.benchmark(0.5, out=None) == pytest.approx(0.5 * bi.FORCED_LOSS_FACTOR)
         assert plain.benchmark(0.5, out=None) == 0.5
+    assert bi._short("0f96fd0042d078e0355d155d") == "0f96fd0042d0"  # cache keys cut, names whole
+    assert bi._short(res.name) == res.name
     assert bi.AB_VARIANTS[bi.RESIDUAL_LOST]["CUTEDSL_BENCH_FORCE_UNFUSED"] == "_res_"
     assert len({v.split()[-1] for v in bi.AB_VARIANTS}) == len(bi.AB_VARIANTS)  # each its own cold cache dir
     monkeypatch.setenv("CUTEDSL_FUSED_TIMING", "inductor")
