@@ -19,6 +19,9 @@ import os
 import pickle
 import sys
 
+# the zygote's exit status when forking would not be safe (the pool then spawns its workers)
+ZYGOTE_CANNOT_FORK = 3
+
 
 def _serve(jobs, replies) -> None:
     """Answer jobs from the binary stream ``jobs`` on ``replies`` until ``jobs`` ends."""
@@ -48,6 +51,10 @@ def _zygote(control_fd: int) -> None:
     import signal
     import socket
 
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads > 1:  # a fork would copy one thread of several (e.g. a lock held by another)
+        print(f"cutedsl compile zygote: {threads} threads after the DSL import; not forking", file=sys.stderr)
+        sys.exit(ZYGOTE_CANNOT_FORK)
     control = socket.socket(fileno=control_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
     while True:

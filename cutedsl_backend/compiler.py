@@ -594,6 +594,7 @@ class _WorkerPool:
         self.jobs: "queue.Queue" = queue.Queue()
         self._zygote = None  # (Popen, control socket) once started; see _fork_worker
         self._zygote_lock = threading.Lock()
+        self._fork = fork_workers_enabled()  # off for good once the zygote exits (see _serve)
         self.threads = [threading.Thread(target=self._serve, name=f"cutedsl-compile-{i}", daemon=True)
                         for i in range(workers)]
         for t in self.threads:
@@ -641,6 +642,18 @@ class _WorkerPool:
         # a dead worker shows as end of stream (EOFError) on the next reply
         return conn.makefile("wb"), conn.makefile("rb"), lambda: True
 
+    def _zygote_exit_code(self) -> Optional[int]:
+        with self._zygote_lock:
+            return None if self._zygote is None else self._zygote[0].poll()
+
+    def _new_worker(self):
+        if self._fork:
+            try:
+                return self._fork_worker()
+            except OSError as e:  # no zygote: a worker of its own, as without fork
+                log.info("cutedsl: forked compile worker unavailable (%s); spawning one", e)
+        return self._spawn_worker()
+
     def _serve(self) -> None:
         import pickle
 
@@ -649,21 +662,24 @@ class _WorkerPool:
             fut, job = self.jobs.get()
             if not fut.set_running_or_notify_cancel():
                 continue
-            try:
-                if worker is None or not worker[2]():
+            for attempt in range(2):
+                try:
+                    if worker is None or not worker[2]():
+                        worker = self._new_worker()
+                    pickle.dump(job, worker[0])
+                    worker[0].flush()
+                    ok, value = pickle.load(worker[1])
+                    break
+                except Exception as e:  # the worker died: the job fails, the next one starts a new worker
                     worker = None
-                    if fork_workers_enabled():
-                        try:
-                            worker = self._fork_worker()
-                        except OSError as e:  # no zygote: a worker of its own, as without fork
-                            log.info("cutedsl: forked compile worker unavailable (%s); spawning one", e)
-                    worker = worker or self._spawn_worker()
-                pickle.dump(job, worker[0])
-                worker[0].flush()
-                ok, value = pickle.load(worker[1])
-            except Exception as e:  # the worker died: the job fails, the next one starts a new worker
-                ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
-                worker = None
+                    code = self._zygote_exit_code() if self._fork else None
+                    if attempt == 0 and code is not None:  # the zygote is gone: spawn from now on
+                        log.warning("cutedsl: the compile workers' zygote exited (status %s); spawning "
+                                    "workers instead", code)
+                        self._fork = False
+                        continue
+                    ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
+                    break
             if ok:
                 fut.set_result(value)
             else:

@@ -111,6 +111,26 @@ def test_a_dead_forked_worker_fails_its_job_and_is_replaced(monkeypatch):
     assert new_pid != pid and new_zygote == zygote
 
 
+def test_workers_are_spawned_once_the_zygote_is_gone(monkeypatch):
+    """The zygote killed with its worker: the job in flight is retried on a spawned worker (no
+    job fails for it), and later workers are spawned too."""
+    import os
+    import signal
+
+    from cutedsl_backend import compiler
+
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+    pool = compiler._WorkerPool(1)
+    pid, zygote = pool.submit("ping").result(timeout=120)
+    assert zygote != os.getpid()
+    os.kill(zygote, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    pool._zygote[0].wait(timeout=30)
+    new_pid, parent = pool.submit("ping").result(timeout=120)
+    assert parent == os.getpid() and new_pid != pid
+    assert pool.submit("ping").result(timeout=60) == (new_pid, parent)
+
+
 # ---------------------------------------------------------------- the background loader
 # Loads need a CUDA driver, so these tests stand in for the disk load and the worker compile: they
 # check the hand-over between the loader thread and get_kernel, which is what a GPU run relies on.
