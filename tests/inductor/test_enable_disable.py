@@ -123,3 +123,28 @@ def test_enable_starts_the_dsl_runtime_only_when_asked(clean, monkeypatch, warmu
         monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
     cbi.enable(device_arch=as_sm90a)
     assert (compiler._RUNTIME_START is not None) == (warmup == "enable")
+
+
+def test_cache_keys_carry_the_settings_that_change_our_code(monkeypatch):
+    """Inductor's FX graph cache must not hand code built under one setting to a compile under
+    another: the choices handler's and the fusion pass's uuid() change with them."""
+    import torch._inductor.config as config
+
+    from cutedsl_backend.inductor.choices import CuteDSLChoices
+    from cutedsl_backend.inductor.fusion import FusionPass
+
+    def keys():
+        return CuteDSLChoices().uuid(), FusionPass().uuid()
+
+    monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
+    monkeypatch.delenv("CUTEDSL_FUSED_TIMING", raising=False)
+    with config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
+        default = keys()
+        assert keys() == default  # stable
+        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", "inductor")
+        inductor_backends = keys()
+        monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS")
+        monkeypatch.setenv("CUTEDSL_FUSED_TIMING", "inductor")
+        inductor_timing = keys()
+    for other in (inductor_backends, inductor_timing):
+        assert other[0] != default[0] and other[1] != default[1]
