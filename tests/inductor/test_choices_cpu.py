@@ -18,6 +18,25 @@ def test_mm_offers_the_heuristic_top_k(inductor, feedback):
     assert_close(out, a.double() @ b.double(), 128)
 
 
+def test_top_k_differs_in_more_than_raster_and_spans_both_schedules():
+    """The top-k offered: raster/group variants only when nothing else is left, and (k >= 3) the
+    last slot the best of the other schedule when the heuristic's best share one."""
+    from cutedsl_backend.configs import GemmConfig
+    from cutedsl_backend.inductor.eligibility import diverse
+
+    coop_a = GemmConfig(128, 256, cluster_m=2)
+    coop_a_n = GemmConfig(128, 256, cluster_m=2, raster="m")
+    coop_b = GemmConfig(256, 128, cluster_n=2)
+    coop_c = GemmConfig(128, 256, cluster_n=2)
+    pp = GemmConfig(128, 128, schedule="pingpong")
+    ranked = [coop_a, coop_a_n, coop_b, coop_c, pp]
+    assert diverse(ranked, 2) == [coop_a, coop_b]
+    assert diverse(ranked, 3) == [coop_a, coop_b, pp]  # not coop_c: another schedule
+    assert diverse([coop_a, coop_a_n, pp, coop_b], 3) == [coop_a, pp, coop_b]  # already mixed
+    assert diverse([coop_a, coop_a_n], 3) == [coop_a, coop_a_n]  # raster variants fill up
+    assert diverse([coop_a, coop_b, coop_c], 3) == [coop_a, coop_b, coop_c]  # no other schedule
+
+
 def test_top_k_and_ops_options(inductor, feedback):
     inductor.enable(device_arch=inductor_arch(), top_k=1, ops=("mm",))
     a, b, bias = rand(128, 64), rand(96, 64), rand(96)
