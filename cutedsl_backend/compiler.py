@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .configs import GemmConfig, check_config, default_config
+from .configs import GemmConfig, check_config, default_config, epilogue_barriers
 from .problem import GemmProblem, make_problem
 
 log = logging.getLogger("cutedsl_backend.compiler")
@@ -324,6 +324,8 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "b_major": problem.b_major,
         "epi": epilogue_key,
     }
+    if problem.arch == "sm90a" and epilogue_barriers() != 2:  # the experiment's kernels apart
+        parts["epi_barriers"] = epilogue_barriers()
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

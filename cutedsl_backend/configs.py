@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -114,6 +115,20 @@ class GemmConfig:
 def natural_tile_k(dtype: str) -> int:
     """128 bytes of K per smem row: the widest (128B) swizzle for the dtype."""
     return 1024 // dtype_bits(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def epilogue_barriers() -> int:
+    """Barriers per epilogue sub-tile in the sm90a kernel ($CUTEDSL_EPI_BARRIERS, read once per
+    process: the kernel caches in memory do not tell the two apart): 2, the default (after the
+    sub-tile is in shared memory; then again while the store warp issues its TMA store and waits
+    for the next sub-tile's buffer), or 1, an experiment not yet run on a GPU (the store warp
+    waits for that buffer before the one barrier, and issues the store after it). Kernels of
+    either have their own disk cache keys."""
+    value = os.environ.get("CUTEDSL_EPI_BARRIERS", "2").strip()
+    if value not in ("1", "2"):
+        raise UnsupportedGemmError(f"CUTEDSL_EPI_BARRIERS={value!r}: must be 1 or 2")
+    return int(value)
 
 
 def epilogue_groups(cfg: GemmConfig) -> int:

@@ -40,6 +40,10 @@ def build_tag() -> str:
     h = hashlib.sha256(f"{__version__}|{kernel_source_hash()}|{dsl_version()}".encode())
     for f in sorted(Path(__file__).parent.glob("*.py")):
         h.update(f.read_bytes())
+    from ..configs import epilogue_barriers
+
+    if epilogue_barriers() != 2:  # an experiment's kernels (see configs.epilogue_barriers)
+        h.update(f"|epi_barriers={epilogue_barriers()}".encode())
     return h.hexdigest()[:10]
 
 

@@ -47,6 +47,42 @@ def test_quick_config_compiles_with_gates_and_budget(cfg):
     assert BUDGET["median_s"] <= 3.0  # the issue's ceiling for the 2-core CI machine
 
 
+@pytest.mark.parametrize("cfg", [quick_configs("sm90a")[0], quick_configs("sm90a")[3]], ids=lambda c: c.name)
+def test_one_epilogue_barrier_experiment_compiles(cfg, monkeypatch):
+    """CUTEDSL_EPI_BARRIERS=1 compiles (cooperative and ping-pong, TMA-loaded residual) without
+    spills, with one barrier fewer per epilogue sub-tile than the default, under its own cache key."""
+    import re
+
+    import cutedsl_backend as cb
+
+    spec = EpilogueSpec(bias="col", residual=True, residual_aligned=True, activation="relu")
+
+    def build():
+        k = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, epilogue=spec, use_cache=False)
+        assert k.resources.local_bytes == 0 and k.sass_counts()["UTMASTG"] > 0
+        return k, len(re.findall(r"\bBAR\.SYNC\b", k.sass()))
+
+    from cutedsl_backend.configs import epilogue_barriers
+
+    def setting(value):  # read once per process: re-read it here
+        monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", value)
+        epilogue_barriers.cache_clear()
+
+    try:
+        setting("2")
+        default, bars_default = build()
+        setting("1")
+        one, bars_one = build()
+        assert one.key != default.key
+        assert 0 < bars_one < bars_default, (bars_one, bars_default)
+        setting("3")
+        with pytest.raises(cb.UnsupportedGemmError, match="CUTEDSL_EPI_BARRIERS"):
+            build()
+    finally:
+        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
+        epilogue_barriers.cache_clear()
+
+
 def test_default_config_via_public_api_and_memory_cache():
     import cutedsl_backend as cb
 

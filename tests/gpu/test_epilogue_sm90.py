@@ -72,6 +72,51 @@ def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
     assert cb.ops._Epilogue(problem, a.device, None, res, None, None, None).spec.residual_tma == aligned
 
 
+@pytest.fixture
+def one_epilogue_barrier(monkeypatch):
+    """CUTEDSL_EPI_BARRIERS=1 for one test, with this process's kernel caches emptied before and
+    after (they do not tell the two settings apart); yields a check that every kernel in memory
+    was built under it."""
+    from cutedsl_backend import compiler, ops
+    from cutedsl_backend.configs import epilogue_barriers
+
+    def reset():
+        epilogue_barriers.cache_clear()
+        compiler.forget_background_work()
+        getattr(ops._TLS, "plans", {}).clear()
+
+    def all_built_with_one_barrier():
+        kernels = list(compiler._MEMORY_CACHE.values())
+        return bool(kernels) and all(
+            cg.key == compiler._cache_key(cg.problem, cg.config, cg.epilogue.key()) for cg in kernels)
+
+    monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", "1")
+    reset()
+    assert epilogue_barriers() == 1
+    yield all_built_with_one_barrier
+    monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
+    reset()
+
+
+@pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
+def test_one_epilogue_barrier_experiment(cfg, one_epilogue_barrier):
+    """CUTEDSL_EPI_BARRIERS=1 (one barrier per epilogue sub-tile; configs.epilogue_barriers):
+    exact over tails, batches, many tiles per CTA (each group's store buffers reused many times),
+    with a TMA-loaded residual and a bias + activation, on every quick config."""
+    a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=9)
+    bias = torch.randn(2056, device="cuda", generator=g).to(torch.bfloat16)
+    res = torch.randn(2, 1000, 2056, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation="gelu_tanh", beta=0.5, config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), beta=0.5,
+                    activation="gelu_tanh")
+    check(out, ref, 776, "gelu_tanh")
+    plain = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, config=cfg, out=plain)
+    check(plain, a.double() @ b.double(), 776)
+    assert one_epilogue_barrier()  # the kernels that ran are the experiment's
+
+
 def test_residual_broadcast_strided_and_fp32_output():
     a, b, g = operands(3, 200, 392, 520, torch.bfloat16, seed=2)
     res2d = torch.randn(392, 200, device="cuda", generator=g).t()  # fp32, N not contiguous: copied
