@@ -198,6 +198,10 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from .bench import _median_ms
 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
+    from .. import compiler
+
+    if variant == SPAWNED_WORKERS and compiler._POOL is not None and compiler._POOL._fork:
+        raise RuntimeError(f"{variant!r} needs a process without a worker pool yet: run it with --isolated")
     _clear_our_memory_caches()
     torch._dynamo.reset()
     winners = _Winners()
