@@ -19,8 +19,10 @@ import os
 import pickle
 import sys
 
-# the zygote's exit status when forking would not be safe (the pool then spawns its workers)
+# the zygote's exit status when forking would not be safe (the pool then spawns its workers), and
+# its word to the pool, once its DSL import is done, that it can fork
 ZYGOTE_CANNOT_FORK = 3
+ZYGOTE_READY = b"r"
 
 
 def _serve(jobs, replies) -> None:
@@ -56,6 +58,7 @@ def _zygote(control_fd: int) -> None:
         print(f"cutedsl compile zygote: {threads} threads after the DSL import; not forking", file=sys.stderr)
         sys.exit(ZYGOTE_CANNOT_FORK)
     control = socket.socket(fileno=control_fd)
+    control.sendall(ZYGOTE_READY)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
     while True:
         try:
@@ -69,6 +72,7 @@ def _zygote(control_fd: int) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a compile may wait on its own children
+                os.set_inheritable(fds[0], False)  # not into whatever a compile may exec
                 conn = socket.socket(fileno=fds[0])
                 _serve(conn.makefile("rb"), conn.makefile("wb"))
             except BaseException:  # noqa: BLE001 - a worker never returns into the zygote's loop

@@ -587,6 +587,17 @@ def fork_workers_enabled() -> bool:
             and hasattr(socket, "send_fds"))
 
 
+@dataclass
+class _Worker:
+    """One worker process as a feeding thread sees it."""
+
+    jobs: Any  # binary stream the pickled jobs go to
+    replies: Any  # binary stream the pickled replies come from
+    forked: bool
+    alive: Any  # () -> bool
+    close: Any  # () -> None
+
+
 class _WorkerPool:
     """Worker processes fed pickled (problem, config, epilogue) jobs, one feeding thread each."""
 
@@ -596,7 +607,8 @@ class _WorkerPool:
         self.jobs: "queue.Queue" = queue.Queue()
         self._zygote = None  # (Popen, control socket) once started; see _fork_worker
         self._zygote_lock = threading.Lock()
-        self._fork = fork_workers_enabled()  # off for good once the zygote exits (see _serve)
+        self._fork = fork_workers_enabled()  # off for good once the zygote cannot serve (see _fork_worker)
+        self._sockets: set = set()  # ours, closed in a forked child of this process (_after_fork_in_child)
         self.threads = [threading.Thread(target=self._serve, name=f"cutedsl-compile-{i}", daemon=True)
                         for i in range(workers)]
         for t in self.threads:
@@ -613,42 +625,97 @@ class _WorkerPool:
 
         return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
-    def _spawn_worker(self):
-        """A fresh worker subprocess: (job stream, reply stream, liveness check)."""
+    def _spawn_worker(self) -> _Worker:
+        """A fresh worker subprocess."""
         import sys
 
         proc = subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env())
-        return proc.stdin, proc.stdout, lambda: proc.poll() is None
 
-    def _fork_worker(self):
-        """A worker forked from the zygote (started on first use, restarted if it died)."""
+        def close():
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+        return _Worker(proc.stdin, proc.stdout, False, lambda: proc.poll() is None, close)
+
+    def _start_zygote(self):
+        """Start the zygote and wait for its word that it can fork (sent once its DSL import is
+        done and it is single-threaded); None, and forked workers off for good, where it cannot."""
         import socket
         import sys
 
+        from .compile_worker import ZYGOTE_READY
+
+        ours, theirs = socket.socketpair()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cutedsl_backend.compile_worker", "--zygote", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env())
+        theirs.close()
+        try:
+            word = ours.recv(len(ZYGOTE_READY))
+        except OSError:
+            word = b""
+        if word != ZYGOTE_READY:
+            ours.close()
+            self._fork = False
+            log.warning("cutedsl: the compile workers' zygote cannot fork (exit status %s); spawning workers",
+                        proc.wait())
+            return None
+        self._sockets.add(ours)
+        return proc, ours
+
+    def _fork_worker(self) -> _Worker:
+        """A worker forked from the zygote (started on first use, restarted if it died)."""
+        import select
+        import socket
+
         with self._zygote_lock:
-            if self._zygote is None or self._zygote[0].poll() is not None:
-                ours, theirs = socket.socketpair()
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "cutedsl_backend.compile_worker", "--zygote", str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    env=self._env())
-                theirs.close()
-                self._zygote = (proc, ours)
+            if self._fork and (self._zygote is None or self._zygote[0].poll() is not None):
+                if self._zygote is not None:
+                    self._sockets.discard(self._zygote[1])
+                    self._zygote[1].close()
+                self._zygote = self._start_zygote()
+            if not self._fork:
+                raise OSError("forked compile workers are off")
             control = self._zygote[1]
             conn, theirs = socket.socketpair()
             try:
                 socket.send_fds(control, [b"w"], [theirs.fileno()])
             finally:
                 theirs.close()
-        # a dead worker shows as end of stream (EOFError) on the next reply
-        return conn.makefile("wb"), conn.makefile("rb"), lambda: True
+            self._sockets.add(conn)
 
-    def _zygote_exit_code(self) -> Optional[int]:
+        def alive() -> bool:  # an idle worker never writes: a readable socket is its end of stream
+            return not select.select([conn], [], [], 0)[0]
+
+        jobs, replies = conn.makefile("wb"), conn.makefile("rb")
+
+        def close():
+            self._sockets.discard(conn)
+            for f in (jobs, replies, conn):  # the socket closes with its last file
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+        return _Worker(jobs, replies, True, alive, close)
+
+    def _zygote_gone(self) -> bool:
+        """Whether the zygote has exited (waiting a moment: a worker's death may precede its own)."""
         with self._zygote_lock:
-            return None if self._zygote is None else self._zygote[0].poll()
+            zygote = self._zygote
+        if zygote is None:
+            return not self._fork
+        try:
+            zygote[0].wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
-    def _new_worker(self):
+    def _new_worker(self) -> _Worker:
         if self._fork:
             try:
                 return self._fork_worker()
@@ -659,26 +726,29 @@ class _WorkerPool:
     def _serve(self) -> None:
         import pickle
 
-        worker = None  # (job stream, reply stream, alive())
+        worker: Optional[_Worker] = None
         while True:
             fut, job = self.jobs.get()
             if not fut.set_running_or_notify_cancel():
                 continue
             for attempt in range(2):
                 try:
-                    if worker is None or not worker[2]():
+                    if worker is None or not worker.alive():
+                        if worker is not None:
+                            worker.close()
                         worker = self._new_worker()
-                    pickle.dump(job, worker[0])
-                    worker[0].flush()
-                    ok, value = pickle.load(worker[1])
+                    pickle.dump(job, worker.jobs)
+                    worker.jobs.flush()
+                    ok, value = pickle.load(worker.replies)
                     break
                 except Exception as e:  # the worker died: the job fails, the next one starts a new worker
+                    forked = worker is not None and worker.forked
+                    if worker is not None:
+                        worker.close()
                     worker = None
-                    code = self._zygote_exit_code() if self._fork else None
-                    if attempt == 0 and code is not None:  # the zygote is gone: spawn from now on
-                        log.warning("cutedsl: the compile workers' zygote exited (status %s); spawning "
-                                    "workers instead", code)
-                        self._fork = False
+                    if attempt == 0 and forked and self._zygote_gone():
+                        # the zygote died with it: this job again, on a worker of a new zygote
+                        log.warning("cutedsl: the compile workers' zygote exited; starting another")
                         continue
                     ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
                     break
@@ -695,6 +765,23 @@ def _pool() -> Optional[_WorkerPool]:
         if _POOL is None and workers:
             _POOL = _WorkerPool(workers)
         return _POOL
+
+
+def _after_fork_in_child() -> None:
+    """A fork of this process starts without our pool: its threads are not in the child, and the
+    sockets it inherited would keep the zygote and workers alive after this process exits."""
+    global _POOL, _POOL_LOCK
+    pool, _POOL, _POOL_LOCK = _POOL, None, threading.Lock()
+    _PENDING.clear()
+    if pool is not None:
+        for sock in list(pool._sockets):
+            fd = sock.detach()  # the descriptor itself, whatever file objects still refer to it
+            if fd >= 0:
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_compile(problem: GemmProblem, cfg: GemmConfig, epilogue, cache: Optional[str] = None) -> tuple:

@@ -241,6 +241,8 @@ def diverse(ranked: list, k: int) -> list:
     best of another schedule where the others share one: the schedules differ in what the
     heuristic models least (sm90a ping-pong overlaps the epilogue with the next mainloop; the
     H200 sweeps found it fastest for fp8 at K = 4096 and for a gathered residual)."""
+    if k < 1:
+        return []
     seen, picked = set(), []
     for cfg in ranked:
         shape = (cfg.schedule, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.two_cta)

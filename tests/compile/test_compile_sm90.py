@@ -62,6 +62,9 @@ def test_one_epilogue_barrier_experiment_compiles(cfg, monkeypatch):
         assert k.resources.local_bytes == 0 and k.sass_counts()["UTMASTG"] > 0
         return k, len(re.findall(r"\bBAR\.SYNC\b", k.sass()))
 
+    def store_sequence(k):  # the epilogue's waits, barriers and stores, in program order
+        return re.findall(r"DEPBAR\.LE SB0, 0x[0-9a-f]+|BAR\.SYNC[.\w]* (?:R\d+|0x[1-9a-f])|UTMASTG", k.sass())
+
     from cutedsl_backend.configs import epilogue_barriers
 
     def setting(value):  # read once per process: re-read it here
@@ -75,6 +78,13 @@ def test_one_epilogue_barrier_experiment_compiles(cfg, monkeypatch):
         one, bars_one = build()
         assert one.key != default.key
         assert 0 < bars_one < bars_default, (bars_one, bars_default)
+        # each store follows the wait for the next buffer (at most 2 stores pending) and then the
+        # barrier; the default waits for at most 3 after its store, between two barriers
+        seq = store_sequence(one)
+        stores = [i for i, op in enumerate(seq) if op == "UTMASTG"]
+        assert stores and all(i >= 2 and seq[i - 2] == "DEPBAR.LE SB0, 0x2" and seq[i - 1].startswith("BAR.SYNC")
+                              for i in stores), seq
+        assert "DEPBAR.LE SB0, 0x3" not in seq and "DEPBAR.LE SB0, 0x3" in store_sequence(default)
         setting("3")
         with pytest.raises(cb.UnsupportedGemmError, match="CUTEDSL_EPI_BARRIERS"):
             build()

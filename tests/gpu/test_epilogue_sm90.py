@@ -101,8 +101,9 @@ def one_epilogue_barrier(monkeypatch):
 @pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
 def test_one_epilogue_barrier_experiment(cfg, one_epilogue_barrier):
     """CUTEDSL_EPI_BARRIERS=1 (one barrier per epilogue sub-tile; configs.epilogue_barriers):
-    exact over tails, batches, many tiles per CTA (each group's store buffers reused many times),
-    with a TMA-loaded residual and a bias + activation, on every quick config."""
+    exact over tails and batches with a TMA-loaded residual and a bias + activation, and over
+    many tiles per CTA with a short K (each group's store buffers reused across tiles), on every
+    quick config."""
     a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=9)
     bias = torch.randn(2056, device="cuda", generator=g).to(torch.bfloat16)
     res = torch.randn(2, 1000, 2056, device="cuda", generator=g).to(torch.bfloat16)
@@ -114,6 +115,12 @@ def test_one_epilogue_barrier_experiment(cfg, one_epilogue_barrier):
     plain = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
     cb.gemm(a, b, config=cfg, out=plain)
     check(plain, a.double() @ b.double(), 776)
+    # short K, many tiles per CTA and per ping-pong group: the store buffers are reused across tiles
+    a, b, g = operands(1, 4096, 4096, 64, torch.bfloat16, seed=10)
+    res = torch.randn(1, 4096, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((1, 4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, residual=res, config=cfg, out=out)
+    check(out, reference(a.double() @ b.double(), residual=res.double()), 64)
     assert one_epilogue_barrier()  # the kernels that ran are the experiment's
 
 

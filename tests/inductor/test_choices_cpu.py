@@ -35,6 +35,7 @@ def test_top_k_differs_in_more_than_raster_and_spans_both_schedules():
     assert diverse([coop_a, coop_a_n, pp, coop_b], 3) == [coop_a, pp, coop_b]  # already mixed
     assert diverse([coop_a, coop_a_n], 3) == [coop_a, coop_a_n]  # raster variants fill up
     assert diverse([coop_a, coop_b, coop_c], 3) == [coop_a, coop_b, coop_c]  # no other schedule
+    assert diverse(ranked, 0) == []
 
 
 def test_top_k_and_ops_options(inductor, feedback):
