@@ -324,7 +324,7 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "b_major": problem.b_major,
         "epi": epilogue_key,
     }
-    if problem.arch == "sm90a" and epilogue_barriers() != 2:  # the experiment's kernels apart
+    if epilogue_barriers() != 2:  # the experiment's kernels apart
         parts["epi_barriers"] = epilogue_barriers()
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
@@ -587,6 +587,14 @@ def fork_workers_enabled() -> bool:
             and hasattr(socket, "send_fds"))
 
 
+def _close_quietly(*files) -> None:
+    for f in files:
+        try:
+            f.close()
+        except OSError:
+            pass
+
+
 @dataclass
 class _Worker:
     """One worker process as a feeding thread sees it."""
@@ -620,39 +628,29 @@ class _WorkerPool:
         return fut
 
     @staticmethod
-    def _env() -> dict:
+    def _start(*args: str, **popen) -> subprocess.Popen:
+        """``python -m cutedsl_backend.compile_worker *args``, with this process's import path."""
         import sys
 
-        return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        return subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker", *args], env=env, **popen)
 
     def _spawn_worker(self) -> _Worker:
         """A fresh worker subprocess."""
-        import sys
-
-        proc = subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env())
-
-        def close():
-            for f in (proc.stdin, proc.stdout):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-
-        return _Worker(proc.stdin, proc.stdout, False, lambda: proc.poll() is None, close)
+        proc = self._start(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return _Worker(proc.stdin, proc.stdout, False, lambda: proc.poll() is None,
+                       lambda: _close_quietly(proc.stdin, proc.stdout))
 
     def _start_zygote(self):
         """Start the zygote and wait for its word that it can fork (sent once its DSL import is
         done and it is single-threaded); None, and forked workers off for good, where it cannot."""
         import socket
-        import sys
 
         from .compile_worker import ZYGOTE_READY
 
         ours, theirs = socket.socketpair()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cutedsl_backend.compile_worker", "--zygote", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env())
+        proc = self._start("--zygote", str(theirs.fileno()), pass_fds=(theirs.fileno(),),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         theirs.close()
         try:
             word = ours.recv(len(ZYGOTE_READY))
@@ -695,11 +693,7 @@ class _WorkerPool:
 
         def close():
             self._sockets.discard(conn)
-            for f in (jobs, replies, conn):  # the socket closes with its last file
-                try:
-                    f.close()
-                except OSError:
-                    pass
+            _close_quietly(jobs, replies, conn)  # the socket closes with its last file
 
         return _Worker(jobs, replies, True, alive, close)
 

@@ -119,12 +119,12 @@ def natural_tile_k(dtype: str) -> int:
 
 @functools.lru_cache(maxsize=None)
 def epilogue_barriers() -> int:
-    """Barriers per epilogue sub-tile in the sm90a kernel ($CUTEDSL_EPI_BARRIERS, read once per
+    """Barriers per epilogue sub-tile in the kernels ($CUTEDSL_EPI_BARRIERS, read once per
     process: the kernel caches in memory do not tell the two apart): 2, the default (after the
     sub-tile is in shared memory; then again while the store warp issues its TMA store and waits
     for the next sub-tile's buffer), or 1, an experiment not yet run on a GPU (the store warp
-    waits for that buffer before the one barrier, and issues the store after it). Kernels of
-    either have their own disk cache keys."""
+    waits for that buffer before the one barrier, and issues the store after it; see
+    kernels.epilogue.StoreHandshake). Kernels of either have their own disk cache keys."""
     value = os.environ.get("CUTEDSL_EPI_BARRIERS", "2").strip()
     if value not in ("1", "2"):
         raise UnsupportedGemmError(f"CUTEDSL_EPI_BARRIERS={value!r}: must be 1 or 2")

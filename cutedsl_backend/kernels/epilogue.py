@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 from cutlass import Float32
 
-from ..configs import RES_STAGES
+from ..configs import EPI_STAGES, RES_STAGES, epilogue_barriers
 
 
 def _fast_tanh(x):
@@ -229,6 +230,44 @@ class TileEpilogue:
         if cutlass.const_expr(spec.activation is not None):
             x = ACTIVATIONS[spec.activation](x)
         return x
+
+
+@dataclass(frozen=True)
+class StoreHandshake:
+    """How an epilogue group hands each output sub-tile, written to one of EPI_STAGES shared-memory
+    buffers in turn, to the TMA store its store warp issues (trace-time helper, shared by the
+    sm90 and sm100 kernels). Per sub-tile, in the kernel:
+        write the buffer; fence; [store warp: before_barrier]; barrier;
+        [store warp: issue the store, commit, after_store]; closing_barrier
+    Two barriers (the default): after the store is issued, the store warp waits until at most
+    EPI_STAGES - 1 stores still read shared memory (the next sub-tile's buffer is free) while the
+    group waits at the second barrier. One barrier ($CUTEDSL_EPI_BARRIERS=1, an experiment, see
+    configs.epilogue_barriers): the store warp waits for that buffer before the first barrier (at
+    most EPI_STAGES - 2 stores pending then, the current one not yet issued) and there is no second."""
+
+    one_barrier: bool
+
+    @staticmethod
+    def current() -> "StoreHandshake":
+        return StoreHandshake(epilogue_barriers() == 1)
+
+    def pipeline(self, threads: int):
+        """The store warp's TMA store pipeline (its acquire waits for the next buffer)."""
+        return pipeline.PipelineTmaStore.create(
+            num_stages=EPI_STAGES - 1 if self.one_barrier else EPI_STAGES,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, threads))
+
+    def before_barrier(self, store_pipeline):
+        if cutlass.const_expr(self.one_barrier):
+            store_pipeline.producer_acquire()
+
+    def after_store(self, store_pipeline):
+        if cutlass.const_expr(not self.one_barrier):
+            store_pipeline.producer_acquire()
+
+    def closing_barrier(self, epi_sync):
+        if cutlass.const_expr(not self.one_barrier):
+            epi_sync.arrive_and_wait()
 
 
 def _smem_load_atom(layout, dtype):

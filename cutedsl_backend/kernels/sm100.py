@@ -316,9 +316,8 @@ class Sm100Gemm:
             bSG_sC, bSG_gC_all = cpasync.tma_partition(
                 tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(tCgC_epi, 0, 2))
             epi_sync = pipeline.NamedBarrier(barrier_id=1, num_threads=32 * len(EPI_WARPS))
-            store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=EPI_STAGES,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * len(EPI_WARPS)))
+            stores = epi.StoreHandshake.current()
+            store_pipeline = stores.pipeline(32 * len(EPI_WARPS))
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
             epi_count = Int32(0)
             group = self.cfg.group
@@ -341,12 +340,15 @@ class Sm100Gemm:
                     buf = epi_count % EPI_STAGES
                     cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
+                    if cutlass.const_expr(stores.one_barrier):
+                        if warp_idx == EPI_WARPS[0]:
+                            stores.before_barrier(store_pipeline)
                     epi_sync.arrive_and_wait()
                     if warp_idx == EPI_WARPS[0]:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])
                         store_pipeline.producer_commit()
-                        store_pipeline.producer_acquire()
-                    epi_sync.arrive_and_wait()
+                        stores.after_store(store_pipeline)
+                    stores.closing_barrier(epi_sync)
                     epi_count += 1
                 with cute.arch.elect_one():
                     acc_pipeline.consumer_release(acc_state)

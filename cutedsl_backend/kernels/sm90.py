@@ -35,15 +35,7 @@ try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
 except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
-from ..configs import (
-    EPI_STAGES,
-    RES_STAGES,
-    GemmConfig,
-    epilogue_barriers,
-    epilogue_groups,
-    epilogue_tile,
-    promoted_acc_copies,
-)
+from ..configs import EPI_STAGES, RES_STAGES, GemmConfig, epilogue_groups, epilogue_tile, promoted_acc_copies
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -99,7 +91,7 @@ class Sm90Gemm:
         self.ab_stage = cfg.stages
         self.epi_stage = EPI_STAGES
         self.epi_groups = epilogue_groups(cfg)
-        self.one_epi_barrier = epilogue_barriers() == 1
+        self.stores = epi.StoreHandshake.current()
         self.epi_tile = epilogue_tile(cfg)
         self.num_math_wgs = 2
         self.threads_per_cta = THREADS_PER_WG * (1 + self.num_math_wgs)
@@ -320,13 +312,7 @@ class Sm90Gemm:
             epi_thread = mma_thread
             is_store_warp = (warp_idx % 4 == 0) if not self.cooperative else (warp_idx == 4)
             buf_base = 0 if self.cooperative else math_wg * self.epi_stage
-            # with one barrier per sub-tile the store warp waits, before it, until the buffer the next
-            # sub-tile writes has been read by its TMA store (issued epi_stage - 1 sub-tiles ago): at
-            # most epi_stage - 2 stores pending, hence a pipeline of epi_stage - 1
-            store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage - 1 if self.one_epi_barrier else self.epi_stage,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
-            )
+            store_pipeline = self.stores.pipeline(self.epi_threads)
             tiled_copy_c_atom = cute.make_tiled_copy_C_atom(
                 cute.make_copy_atom(
                     cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4),
@@ -475,9 +461,9 @@ class Sm90Gemm:
                     buf = buf_base + epi_count % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    if cutlass.const_expr(self.one_epi_barrier):
+                    if cutlass.const_expr(self.stores.one_barrier):
                         if is_store_warp:
-                            store_pipeline.producer_acquire()  # the next sub-tile's buffer is free
+                            self.stores.before_barrier(store_pipeline)
                     epi_sync.arrive_and_wait()
                     if is_store_warp:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
@@ -485,10 +471,8 @@ class Sm90Gemm:
                         if cutlass.const_expr(res_tma is not None and e + RES_STAGES < epi_tiles):
                             # every thread has read this sub-tile's residual buffer: refill it
                             res_tma.issue(res_tiles, e + RES_STAGES, epi_count + RES_STAGES)
-                        if cutlass.const_expr(not self.one_epi_barrier):
-                            store_pipeline.producer_acquire()
-                    if cutlass.const_expr(not self.one_epi_barrier):
-                        epi_sync.arrive_and_wait()
+                        self.stores.after_store(store_pipeline)
+                    self.stores.closing_barrier(epi_sync)
                     epi_count += 1
 
                 if cutlass.const_expr(not self.cooperative):

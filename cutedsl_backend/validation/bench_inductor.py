@@ -101,11 +101,11 @@ FORCED_LOSS = "cutedsl cold unfused-forced"
 FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
 # the same for the chains with a residual only (the MLP's down-projection, a near tie when it was
 # measured): their chain loses, the others autotune as usual
+RESIDUAL_LOST = "cutedsl cold residual-lost"
+RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
 # each compile worker a subprocess with its own DSL import (before session 7: now they are forked
 # from one zygote that imported it once)
 SPAWNED_WORKERS = "cutedsl cold spawned-workers"
-RESIDUAL_LOST = "cutedsl cold residual-lost"
-RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
 FORCED_LOSS_FACTOR = 1000.0
 AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},
                INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"},
@@ -207,7 +207,6 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     winners = _Winners()
     add_feedback_saver(winners)
     fallbacks0 = iops.fallback_count
-    from .. import compiler
     from ..inductor import device_timing, lowering
 
     stats0 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
