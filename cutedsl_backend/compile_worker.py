@@ -48,14 +48,29 @@ def _serve(jobs, replies) -> None:
         replies.flush()
 
 
+def _thread_names() -> list:
+    """This process's threads by name (one entry where /proc is missing)."""
+    if not os.path.isdir("/proc/self/task"):
+        return ["?"]
+    names = []
+    for task in sorted(os.listdir("/proc/self/task")):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
 def _zygote(control_fd: int) -> None:
     """Fork a worker for each socket received on ``control_fd``; return when the pool's end closes."""
     import signal
     import socket
 
-    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
-    if threads > 1:  # a fork would copy one thread of several (e.g. a lock held by another)
-        print(f"cutedsl compile zygote: {threads} threads after the DSL import; not forking", file=sys.stderr)
+    threads = _thread_names()
+    if len(threads) > 1:  # a fork would copy one thread of several (e.g. a lock held by another)
+        print(f"cutedsl compile zygote: {len(threads)} threads after the DSL import ({', '.join(threads)}); "
+              "not forking", file=sys.stderr)
         sys.exit(ZYGOTE_CANNOT_FORK)
     control = socket.socket(fileno=control_fd)
     control.sendall(ZYGOTE_READY)

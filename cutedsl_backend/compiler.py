@@ -323,9 +323,8 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "a_major": problem.a_major,
         "b_major": problem.b_major,
         "epi": epilogue_key,
+        "epi_barriers": epilogue_barriers(),
     }
-    if epilogue_barriers() != 2:  # the experiment's kernels apart
-        parts["epi_barriers"] = epilogue_barriers()
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -587,6 +586,12 @@ def fork_workers_enabled() -> bool:
             and hasattr(socket, "send_fds"))
 
 
+# Workers only compile: math libraries that start a thread pool at load (OpenBLAS does, through
+# numpy, which torch imports where installed; 15 threads on the 16-core H200 host) get one thread,
+# so the zygote stays single-threaded and can fork.
+_ONE_THREAD_LIBS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _close_quietly(*files) -> None:
     for f in files:
         try:
@@ -632,7 +637,7 @@ class _WorkerPool:
         """``python -m cutedsl_backend.compile_worker *args``, with this process's import path."""
         import sys
 
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **_ONE_THREAD_LIBS)
         return subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker", *args], env=env, **popen)
 
     def _spawn_worker(self) -> _Worker:

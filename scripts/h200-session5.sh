@@ -16,7 +16,8 @@
 # out-projection's forced-loss rows; residual-lost - the MLP with its residual chain made to lose, 2 rounds; outproj-rounds - the
 # out-projection's default rows, 3 rounds; workers-ab - forked against spawned compile workers;
 # sweepfp8-fast - fast fp8, the ping-pong 128x128 against the cooperative tiles, short and long K;
-# epi-barriers - the one-barrier epilogue experiment: numerics, then default/experiment/default benches. Logs and JSON go to $OUT.
+# epi-barriers - the one-barrier epilogue experiment: numerics, then default/experiment/default benches;
+# (session 8) bf16 - bench --shapes prefill --dtypes bfloat16. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -79,7 +80,7 @@ run() {
       epi-barriers)  # session 7's epilogue experiment (CUTEDSL_EPI_BARRIERS=1): numerics, then bench-fp8 and
         # bench (bf16 prefill) as default / one barrier / default (each ratio against torch in its own process)
         step "one-barrier epilogue numerics" 240 python3 -m pytest tests/gpu/test_epilogue_sm90.py -q -rs \
-          -p no:cacheprovider -k one_epilogue_barrier
+          -p no:cacheprovider -k epilogue_barrier
         for v in 2 1 2; do
           step "bench-fp8, $v epilogue barriers" 120 env CUTEDSL_EPI_BARRIERS=$v python3 -m cutedsl_backend bench-fp8 \
             --shapes prefill --json "$out/bench-fp8-epi$v-$(date +%H%M%S).json"
@@ -89,6 +90,8 @@ run() {
       choice) step "inductor choice timing" 90 python3 scripts/inductor_choice_timing.py ;;
       ab) step "residual A/B" 70 python3 scripts/epilogue_ab.py 3 ;;
       epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
+      bf16) step "bench bf16" 150 python3 -m cutedsl_backend bench --shapes prefill --dtypes bfloat16 \
+          --json "$out/bench-bf16.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
       sweepfp8) step "sweep-fp8" 420 python3 -m cutedsl_backend sweep-fp8 --json "$out/sweep-fp8.json" ;;
       *) echo "unknown step $what" ;;

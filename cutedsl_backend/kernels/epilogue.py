@@ -239,11 +239,11 @@ class StoreHandshake:
     sm90 and sm100 kernels). Per sub-tile, in the kernel:
         write the buffer; fence; [store warp: before_barrier]; barrier;
         [store warp: issue the store, commit, after_store]; closing_barrier
-    Two barriers (the default): after the store is issued, the store warp waits until at most
-    EPI_STAGES - 1 stores still read shared memory (the next sub-tile's buffer is free) while the
-    group waits at the second barrier. One barrier ($CUTEDSL_EPI_BARRIERS=1, an experiment, see
-    configs.epilogue_barriers): the store warp waits for that buffer before the first barrier (at
-    most EPI_STAGES - 2 stores pending then, the current one not yet issued) and there is no second."""
+    One barrier (the default, see configs.epilogue_barriers): the store warp waits for the next
+    sub-tile's buffer before the barrier (at most EPI_STAGES - 2 stores still reading shared
+    memory, the current one not yet issued) and there is no closing barrier. Two
+    ($CUTEDSL_EPI_BARRIERS=2): after the store is issued, the store warp waits until at most
+    EPI_STAGES - 1 stores are pending while the group waits at the closing barrier."""
 
     one_barrier: bool
 

@@ -48,9 +48,10 @@ def test_quick_config_compiles_with_gates_and_budget(cfg):
 
 
 @pytest.mark.parametrize("cfg", [quick_configs("sm90a")[0], quick_configs("sm90a")[3]], ids=lambda c: c.name)
-def test_one_epilogue_barrier_experiment_compiles(cfg, monkeypatch):
-    """CUTEDSL_EPI_BARRIERS=1 compiles (cooperative and ping-pong, TMA-loaded residual) without
-    spills, with one barrier fewer per epilogue sub-tile than the default, under its own cache key."""
+def test_epilogue_barrier_settings_compile(cfg, monkeypatch):
+    """CUTEDSL_EPI_BARRIERS=1 (the default) and 2 compile (cooperative and ping-pong, TMA-loaded
+    residual) without spills, one barrier per epilogue sub-tile fewer with 1, each under its own
+    cache key; 1 is what an unset variable gives."""
     import re
 
     import cutedsl_backend as cb
@@ -73,23 +74,26 @@ def test_one_epilogue_barrier_experiment_compiles(cfg, monkeypatch):
 
     try:
         setting("2")
-        default, bars_default = build()
+        two, bars_two = build()
         setting("1")
         one, bars_one = build()
-        assert one.key != default.key
-        assert 0 < bars_one < bars_default, (bars_one, bars_default)
+        assert one.key != two.key
+        assert 0 < bars_one < bars_two, (bars_one, bars_two)
+        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
+        epilogue_barriers.cache_clear()
+        assert epilogue_barriers() == 1
         # each store follows the wait for the next buffer (at most 2 stores pending) and then the
-        # barrier; the default waits for at most 3 after its store, between two barriers
+        # barrier; with two barriers the store warp waits for at most 3 after its store, between them
         seq = store_sequence(one)
         stores = [i for i, op in enumerate(seq) if op == "UTMASTG"]
         assert stores and all(i >= 2 and seq[i - 2] == "DEPBAR.LE SB0, 0x2" and seq[i - 1].startswith("BAR.SYNC")
                               for i in stores), seq
-        assert "DEPBAR.LE SB0, 0x3" not in seq and "DEPBAR.LE SB0, 0x3" in store_sequence(default)
+        assert "DEPBAR.LE SB0, 0x3" not in seq and "DEPBAR.LE SB0, 0x3" in store_sequence(two)
         setting("3")
         with pytest.raises(cb.UnsupportedGemmError, match="CUTEDSL_EPI_BARRIERS"):
             build()
     finally:
-        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
+        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS", raising=False)
         epilogue_barriers.cache_clear()
 
 

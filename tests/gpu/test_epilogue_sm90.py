@@ -73,10 +73,10 @@ def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
 
 
 @pytest.fixture
-def one_epilogue_barrier(monkeypatch):
-    """CUTEDSL_EPI_BARRIERS=1 for one test, with this process's kernel caches emptied before and
-    after (they do not tell the two settings apart); yields a check that every kernel in memory
-    was built under it."""
+def two_epilogue_barriers(monkeypatch):
+    """CUTEDSL_EPI_BARRIERS=2 (the default is 1) for one test, with this process's kernel caches
+    emptied before and after (they do not tell the two settings apart); yields a check that every
+    kernel in memory was built under it."""
     from cutedsl_backend import compiler, ops
     from cutedsl_backend.configs import epilogue_barriers
 
@@ -85,23 +85,23 @@ def one_epilogue_barrier(monkeypatch):
         compiler.forget_background_work()
         getattr(ops._TLS, "plans", {}).clear()
 
-    def all_built_with_one_barrier():
+    def all_built_with_two_barriers():
         kernels = list(compiler._MEMORY_CACHE.values())
         return bool(kernels) and all(
             cg.key == compiler._cache_key(cg.problem, cg.config, cg.epilogue.key()) for cg in kernels)
 
-    monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", "1")
+    monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", "2")
     reset()
-    assert epilogue_barriers() == 1
-    yield all_built_with_one_barrier
+    assert epilogue_barriers() == 2
+    yield all_built_with_two_barriers
     monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
     reset()
 
 
 @pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
-def test_one_epilogue_barrier_experiment(cfg, one_epilogue_barrier):
-    """CUTEDSL_EPI_BARRIERS=1 (one barrier per epilogue sub-tile; configs.epilogue_barriers):
-    exact over tails and batches with a TMA-loaded residual and a bias + activation, and over
+def test_two_epilogue_barriers_setting(cfg, two_epilogue_barriers):
+    """CUTEDSL_EPI_BARRIERS=2 (two barriers per epilogue sub-tile; the default one barrier runs in
+    every other test; configs.epilogue_barriers): exact over tails and batches with a TMA-loaded residual and a bias + activation, and over
     many tiles per CTA with a short K (each group's store buffers reused across tiles), on every
     quick config."""
     a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=9)
@@ -121,7 +121,7 @@ def test_one_epilogue_barrier_experiment(cfg, one_epilogue_barrier):
     out = torch.full((1, 4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
     cb.gemm(a, b, residual=res, config=cfg, out=out)
     check(out, reference(a.double() @ b.double(), residual=res.double()), 64)
-    assert one_epilogue_barrier()  # the kernels that ran are the experiment's
+    assert two_epilogue_barriers()  # the kernels that ran are the two-barrier ones
 
 
 def test_residual_broadcast_strided_and_fp32_output():

@@ -117,6 +117,7 @@ def test_a_dead_forked_worker_is_replaced_before_its_next_job(monkeypatch):
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
     pool = compiler._WorkerPool(1)
     pid, zygote = pool.submit("ping").result(timeout=120)
+    assert zygote != os.getpid(), "the worker was spawned, not forked from a zygote"
     os.kill(pid, signal.SIGKILL)
     _wait_gone(pid)
     new_pid, new_zygote = pool.submit("ping").result(timeout=60)
@@ -133,6 +134,7 @@ def test_a_dead_zygote_is_restarted(monkeypatch):
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
     pool = compiler._WorkerPool(1)
     pid, zygote = pool.submit("ping").result(timeout=120)
+    assert zygote != os.getpid(), "the worker was spawned, not forked from a zygote"
     os.kill(zygote, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
     pool._zygote[0].wait(timeout=30)
@@ -160,6 +162,28 @@ def test_a_zygote_that_cannot_fork_leaves_spawned_workers_and_no_failed_job(tmp_
     assert [f.result(timeout=120) for f in [pool.submit(None) for _ in range(4)]] == [None] * 4
     parents = {f.result(timeout=60)[1] for f in [pool.submit("ping") for _ in range(8)]}
     assert parents == {os.getpid()} and not pool._fork and pool._zygote is None
+
+
+def test_the_zygote_forks_where_numpy_starts_blas_threads(monkeypatch):
+    """numpy's OpenBLAS starts a thread pool when loaded (torch imports numpy where installed):
+    the workers' environment gives it one thread, so the zygote stays single-threaded and forks
+    (on the H200 host, 16 threads made it refuse)."""
+    pytest.importorskip("numpy", reason="numpy not installed: no BLAS thread pool to keep out of the zygote")
+    count = "import os, numpy; print(len(os.listdir('/proc/self/task')))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    threads = int(subprocess.run([sys.executable, "-c", count], capture_output=True, text=True, env=env,
+                                 check=True).stdout)
+    if threads < 2:
+        pytest.skip("numpy's BLAS starts no thread pool on this machine (one core?)")
+
+    from cutedsl_backend import compiler
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+    pool = compiler._WorkerPool(2)
+    parents = {f.result(timeout=120)[1] for f in [pool.submit("ping") for _ in range(4)]}
+    assert len(parents) == 1 and os.getpid() not in parents and pool._fork
 
 
 def test_a_fork_of_this_process_starts_without_our_pool(monkeypatch):
