@@ -101,9 +101,9 @@ def two_epilogue_barriers(monkeypatch):
 @pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
 def test_two_epilogue_barriers_setting(cfg, two_epilogue_barriers):
     """CUTEDSL_EPI_BARRIERS=2 (two barriers per epilogue sub-tile; the default one barrier runs in
-    every other test; configs.epilogue_barriers): exact over tails and batches with a TMA-loaded residual and a bias + activation, and over
-    many tiles per CTA with a short K (each group's store buffers reused across tiles), on every
-    quick config."""
+    every other test; configs.epilogue_barriers): exact over tails and batches with a TMA-loaded
+    residual and a bias + activation, and over many tiles per CTA with a short K (each group's
+    store buffers reused across tiles), on every quick config."""
     a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=9)
     bias = torch.randn(2056, device="cuda", generator=g).to(torch.bfloat16)
     res = torch.randn(2, 1000, 2056, device="cuda", generator=g).to(torch.bfloat16)
