@@ -124,9 +124,9 @@ def epilogue_barriers() -> int:
     warp waits for the next sub-tile's buffer before the one barrier, and issues the TMA store
     after it), or 2, the handshake before it (a barrier once the sub-tile is in shared memory,
     another while the store warp issues the store and waits for the next buffer); see
-    kernels.epilogue.StoreHandshake. On the H200 one barrier passed the GPU numerics tests and
-    was no slower in any geomean (FP8 tensorwise ~0.7% faster; docs/validation/README.md,
-    session 8). Kernels of either have their own disk cache keys."""
+    kernels.epilogue.StoreHandshake. On the H200 one barrier passed the whole GPU suite and was
+    as fast as two within the run-to-run spread (docs/validation/README.md, session 8): half the
+    barriers at no measured cost. Kernels of either have their own disk cache keys."""
     value = os.environ.get("CUTEDSL_EPI_BARRIERS", "1").strip()
     if value not in ("1", "2"):
         raise UnsupportedGemmError(f"CUTEDSL_EPI_BARRIERS={value!r}: must be 1 or 2")
