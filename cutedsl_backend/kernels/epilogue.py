@@ -185,32 +185,40 @@ class TileEpilogue:
         return Float32(self.args.residual[cutlass.min(self.row0 + m_l, m_last), cutlass.min(self.col0 + n_l, n_last),
                                           self.batch])
 
+    def _vector_at(self, name, axis, off, m_l, n_l):
+        """Element (m_l, n_l)'s value of the per-row or per-column vector ``name``, fp32."""
+        local = n_l if axis == "col" else m_l
+        if cutlass.const_expr(self.staged):
+            return self.s_vec[off + local]
+        origin = self.col0 if axis == "col" else self.row0
+        return Float32(getattr(self.args, name)[cutlass.min(origin + local, self._last(axis))])
+
     def apply(self, frag: cute.Tensor, coord_of, residual=None):
         """The spec applied to ``frag`` (fp32 accumulators; ``coord_of(v)``: tile-local (m, n) of
         element v; ``residual``: gather_residual of the same fragment, gathered here when None).
         Returns the fp32 values."""
         spec, a = self.spec, self.args
-        x = frag.load() * self.scale
-        has_mul = any(name != "bias" for name, *_ in self.parts)
+        x = frag.load()
+        # per-row factors first, with alpha and the scalar scales folded in: a thread's fragment
+        # spans few rows, so (scale * row factor) is computed once per row (the compiler merges the
+        # repeats) and an element with row and column scales takes two multiplies, not three
+        muls = sorted((p for p in self.parts if p[0] != "bias"), key=lambda p: p[1] != "row")
+        bias = [p for p in self.parts if p[0] == "bias"]
+        has_mul = bool(muls)
         has_add = spec.bias is not None or spec.residual
+        if cutlass.const_expr(not has_mul):
+            x = x * self.scale
         if cutlass.const_expr(has_mul or has_add):
             mul = cute.make_rmem_tensor(frag.shape, Float32) if has_mul else None
             add = cute.make_rmem_tensor(frag.shape, Float32) if has_add else None
             for v in range(cute.size(frag)):
                 m_l, n_l = coord_of(v)
-                f = Float32(1.0)
+                f = self.scale
+                for part in muls:
+                    f = f * self._vector_at(*part[:3], m_l, n_l)
                 t = Float32(0.0)
-                for name, axis, off, _ in self.parts:
-                    local = n_l if axis == "col" else m_l
-                    if cutlass.const_expr(self.staged):
-                        val = self.s_vec[off + local]
-                    else:
-                        origin = self.col0 if axis == "col" else self.row0
-                        val = Float32(getattr(a, name)[cutlass.min(origin + local, self._last(axis))])
-                    if cutlass.const_expr(name == "bias"):
-                        t = t + val
-                    else:
-                        f = f * val
+                for part in bias:
+                    t = t + self._vector_at(*part[:3], m_l, n_l)
                 if cutlass.const_expr(spec.residual):
                     if cutlass.const_expr(residual is not None):
                         r = residual[v]
