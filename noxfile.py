@@ -42,7 +42,7 @@ def install_runtime(session: nox.Session, dsl: str = DSL_NEWEST, torch: str = TO
     cuobjdump/nvdisasm for SASS, then the project without dependencies."""
     if USE_SYSTEM:
         return
-    session.install(torch, "numpy")  # torch imports numpy where installed, as on the GPU images
+    session.install(torch, "numpy")  # the DSL and torch import numpy where installed, as on the GPU images
     session.install(f"nvidia-cutlass-dsl=={dsl}", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm")
     session.install("--force-reinstall", "--no-deps", f"nvidia-cutlass-dsl-libs-cu13=={dsl}")
     session.install("--no-deps", "-e", ".")

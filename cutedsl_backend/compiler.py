@@ -586,9 +586,9 @@ def fork_workers_enabled() -> bool:
             and hasattr(socket, "send_fds"))
 
 
-# Workers only compile: math libraries that start a thread pool at load (OpenBLAS does, through
-# numpy, which torch imports where installed; 15 threads on the 16-core H200 host) get one thread,
-# so the zygote stays single-threaded and can fork.
+# Workers only compile: math libraries that start a thread pool at load get one thread, so the
+# zygote stays single-threaded and can fork (the DSL imports numpy where installed, whose OpenBLAS
+# starts one worker per core but one: 16 threads in all on the 16-core H200 host).
 _ONE_THREAD_LIBS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 

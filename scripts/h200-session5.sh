@@ -16,7 +16,8 @@
 # out-projection's forced-loss rows; residual-lost - the MLP with its residual chain made to lose, 2 rounds; outproj-rounds - the
 # out-projection's default rows, 3 rounds; workers-ab - forked against spawned compile workers;
 # sweepfp8-fast - fast fp8, the ping-pong 128x128 against the cooperative tiles, short and long K;
-# epi-barriers - the one-barrier epilogue experiment: numerics, then default/experiment/default benches;
+# epi-barriers - session 7's epilogue A/B: the two-barrier setting's numerics (one barrier is the default
+# since session 8), then benches with 2, 1, 2 barriers;
 # (session 8) bf16 - bench --shapes prefill --dtypes bfloat16. Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
@@ -77,9 +78,9 @@ run() {
         step "sweep-fp8 fast, short and long K" 240 python3 -m cutedsl_backend sweep-fp8 --modes fast \
           --shapes 4096x14336x4096,4096x4096x4096,8192x8192x8192,4096x4096x14336 \
           --configs pingpong_128x128,cooperative_128x256,cooperative_256x128 --json "$out/sweep-fp8-fast.json" ;;
-      epi-barriers)  # session 7's epilogue experiment (CUTEDSL_EPI_BARRIERS=1): numerics, then bench-fp8 and
+      epi-barriers)  # the epilogue barrier A/B (CUTEDSL_EPI_BARRIERS=1 vs 2): numerics, then bench-fp8 and
         # bench (bf16 prefill) as default / one barrier / default (each ratio against torch in its own process)
-        step "one-barrier epilogue numerics" 240 python3 -m pytest tests/gpu/test_epilogue_sm90.py -q -rs \
+        step "two-barrier epilogue numerics" 240 python3 -m pytest tests/gpu/test_epilogue_sm90.py -q -rs \
           -p no:cacheprovider -k epilogue_barrier
         for v in 2 1 2; do
           step "bench-fp8, $v epilogue barriers" 120 env CUTEDSL_EPI_BARRIERS=$v python3 -m cutedsl_backend bench-fp8 \

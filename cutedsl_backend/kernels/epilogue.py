@@ -199,10 +199,10 @@ class TileEpilogue:
         Returns the fp32 values."""
         spec, a = self.spec, self.args
         x = frag.load()
-        # per-row factors first, with alpha and the scalar scales folded in: a thread's fragment
-        # spans few rows, so (scale * row factor) is computed once per row (the compiler merges the
+        # the per-row scale first, with alpha and the scalar scales folded in: a thread's fragment
+        # spans few rows, so (scale * scale_a row) is computed once per row (the compiler merges the
         # repeats) and an element with row and column scales takes two multiplies, not three
-        muls = sorted((p for p in self.parts if p[0] != "bias"), key=lambda p: p[1] != "row")
+        muls = [p for name in ("scale_a", "scale_b") for p in self.parts if p[0] == name]
         bias = [p for p in self.parts if p[0] == "bias"]
         has_mul = bool(muls)
         has_add = spec.bias is not None or spec.residual

@@ -200,10 +200,10 @@ def test_scaled_mm_candidates(backend, scaling):
 def test_our_op_adds_little_host_time_over_the_eager_call():
     """Inductor calls our kernels through torch.ops.cutedsl.gemm_ab*; its benchmark times host and
     device together, so the op's own host cost must stay small (torch.library.custom_op's wrapper
-    once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs). Best of 15 x 200 calls,
-    alternated: under pytest-xdist other tests load the CPU, and load only ever adds time (medians
-    of 5 rounds read 150 vs 104 us on the H200 machine under -n 12; the best of 7 read 175 vs 123
-    us under -n 4 beside the block compiles; unloaded the op costs ~20 us over the eager call)."""
+    once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs: 144-161 us against 49 us
+    eager). Best of 15 x 200 calls, alternated. Under pytest-xdist other tests load the CPU and
+    stretch both calls alike (on the H200 machine: 150 vs 104 us under -n 12, 175 vs 123 us under
+    -n 4 beside the block compiles, 69 vs 49 us unloaded: ~1.4x each time), so the bound is a ratio."""
 
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig
@@ -228,4 +228,4 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     eager, via_op = min(runs["eager"]), min(runs["op"])
     torch.testing.assert_close(op(x, b, bias, res, kernel_config=name).float(),
                                cb.gemm(x, b, bias=bias, residual=res, config=cfg).float())
-    assert via_op <= eager + 40, (via_op, eager)
+    assert via_op <= 1.6 * eager, (via_op, eager)

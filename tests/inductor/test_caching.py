@@ -164,10 +164,10 @@ def test_a_zygote_that_cannot_fork_leaves_spawned_workers_and_no_failed_job(tmp_
     assert parents == {os.getpid()} and not pool._fork and pool._zygote is None
 
 
-def test_the_zygote_forks_where_numpy_starts_blas_threads(monkeypatch):
-    """numpy's OpenBLAS starts a thread pool when loaded (torch imports numpy where installed):
-    the workers' environment gives it one thread, so the zygote stays single-threaded and forks
-    (on the H200 host, 16 threads made it refuse)."""
+def test_the_zygote_forks_where_numpy_starts_blas_threads(tmp_path, monkeypatch):
+    """numpy's OpenBLAS starts a thread pool when loaded (the DSL imports numpy where installed):
+    the workers' environment gives it one thread, so a zygote that imports numpy stays
+    single-threaded and forks (on the H200 host, 16 threads made it refuse)."""
     pytest.importorskip("numpy", reason="numpy not installed: no BLAS thread pool to keep out of the zygote")
     count = "import os, numpy; print(len(os.listdir('/proc/self/task')))"
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
@@ -178,6 +178,8 @@ def test_the_zygote_forks_where_numpy_starts_blas_threads(monkeypatch):
 
     from cutedsl_backend import compiler
 
+    (tmp_path / "sitecustomize.py").write_text("import sys\nif '--zygote' in sys.argv:\n    import numpy\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # the workers' PYTHONPATH
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
