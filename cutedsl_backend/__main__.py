@@ -132,11 +132,12 @@ def main(argv=None) -> int:
         else:
             only = args.configs.split(",") if args.configs else None
             known = {"fast": True, "precise": False}
-            bad = [m for m in args.modes.split(",") if m.strip() not in known]
+            names = [m.strip() for m in args.modes.split(",")]
+            bad = [m for m in names if m not in known]
             if bad:
                 print(f"--modes: unknown {bad}; use fast, precise or fast,precise", file=sys.stderr)
                 return 2
-            modes = tuple(known[m.strip()] for m in args.modes.split(","))
+            modes = tuple(known[m] for m in names)
             res = {"x".join(map(str, s)): sweep_fp8(*s, only=only, modes=modes) for s in _shapes(args.shapes)}
         if args.json:
             with open(args.json, "w") as f:

@@ -340,9 +340,8 @@ class Sm100Gemm:
                     buf = epi_count % EPI_STAGES
                     cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    if cutlass.const_expr(stores.one_barrier):
-                        if warp_idx == EPI_WARPS[0]:
-                            stores.before_barrier(store_pipeline)
+                    if warp_idx == EPI_WARPS[0]:
+                        stores.before_barrier(store_pipeline)
                     epi_sync.arrive_and_wait()
                     if warp_idx == EPI_WARPS[0]:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])

@@ -461,9 +461,8 @@ class Sm90Gemm:
                     buf = buf_base + epi_count % self.epi_stage
                     cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    if cutlass.const_expr(self.stores.one_barrier):
-                        if is_store_warp:
-                            self.stores.before_barrier(store_pipeline)
+                    if is_store_warp:
+                        self.stores.before_barrier(store_pipeline)
                     epi_sync.arrive_and_wait()
                     if is_store_warp:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])

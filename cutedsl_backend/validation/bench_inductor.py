@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import time
 from typing import Optional
@@ -127,8 +128,6 @@ def _forced_unfused():
     choices' names): those of our fused autotunes' choices report their device time x
     FORCED_LOSS_FACTOR, so the unfused ops win after the whole autotune ran. Needs the device
     timing of fused autotunes (the default), where those times are taken."""
-    import re
-
     from ..inductor import device_timing
 
     which = os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED", "").strip()
@@ -181,8 +180,6 @@ def _clear_our_memory_caches():
 
 def _short(key: str) -> str:
     """A timeline key as printed: kernel cache keys (long hex) cut to 12 characters, names whole."""
-    import re
-
     return key[:12] if re.fullmatch(r"[0-9a-f]{16,}", key) else key
 
 

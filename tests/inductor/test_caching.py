@@ -67,8 +67,6 @@ def test_choice_names_carry_the_build_tag(inductor, feedback):
 def test_worker_process_compiles(tmp_path, monkeypatch, fork):
     """A compile worker (forked from the zygote, or a subprocess of its own; never a
     multiprocessing child) builds a real sm_90a kernel."""
-    import os
-
     from cutedsl_backend import compiler
     from cutedsl_backend.configs import quick_configs
     from cutedsl_backend.epilogue import EpilogueSpec
@@ -94,7 +92,6 @@ def test_worker_process_compiles(tmp_path, monkeypatch, fork):
 
 
 def _wait_gone(pid):
-    import os
     import time
 
     for _ in range(200):
@@ -109,7 +106,6 @@ def _wait_gone(pid):
 def test_a_dead_forked_worker_is_replaced_before_its_next_job(monkeypatch):
     """A forked worker killed while idle: the next job runs on a new worker of the same zygote
     (the dead one is seen before the job is sent), and no job fails."""
-    import os
     import signal
 
     from cutedsl_backend import compiler
@@ -126,7 +122,6 @@ def test_a_dead_forked_worker_is_replaced_before_its_next_job(monkeypatch):
 
 def test_a_dead_zygote_is_restarted(monkeypatch):
     """The zygote and its worker killed: the next job gets a worker of a new zygote."""
-    import os
     import signal
 
     from cutedsl_backend import compiler
@@ -144,20 +139,22 @@ def test_a_dead_zygote_is_restarted(monkeypatch):
     assert pool.submit("ping").result(timeout=60) == (new_pid, parent)
 
 
+def _in_the_zygote(tmp_path, monkeypatch, code: str) -> None:
+    """Run ``code`` (indented statements) at start-up of the zygote only (a sitecustomize on the
+    workers' import path), with forked workers on."""
+    (tmp_path / "sitecustomize.py").write_text(f"import sys\nif '--zygote' in sys.argv:\n{code}")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # the workers' PYTHONPATH
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+
+
 def test_a_zygote_that_cannot_fork_leaves_spawned_workers_and_no_failed_job(tmp_path, monkeypatch):
     """A zygote whose DSL import left a second thread refuses to fork: every job still runs, on
     spawned workers (children of this process), and no second zygote is started."""
-    import os
-    import sys
-
     from cutedsl_backend import compiler
 
-    (tmp_path / "sitecustomize.py").write_text(
-        "import sys, threading, time\n"
-        "if '--zygote' in sys.argv:\n"
-        "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
-    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # the workers' PYTHONPATH
-    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+    _in_the_zygote(tmp_path, monkeypatch,
+                   "    import threading, time\n"
+                   "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
     pool = compiler._WorkerPool(4)
     assert [f.result(timeout=120) for f in [pool.submit(None) for _ in range(4)]] == [None] * 4
     parents = {f.result(timeout=60)[1] for f in [pool.submit("ping") for _ in range(8)]}
@@ -178,11 +175,9 @@ def test_the_zygote_forks_where_numpy_starts_blas_threads(tmp_path, monkeypatch)
 
     from cutedsl_backend import compiler
 
-    (tmp_path / "sitecustomize.py").write_text("import sys\nif '--zygote' in sys.argv:\n    import numpy\n")
-    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # the workers' PYTHONPATH
+    _in_the_zygote(tmp_path, monkeypatch, "    import numpy\n")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
     pool = compiler._WorkerPool(2)
     parents = {f.result(timeout=120)[1] for f in [pool.submit("ping") for _ in range(4)]}
     assert len(parents) == 1 and os.getpid() not in parents and pool._fork
@@ -191,7 +186,6 @@ def test_the_zygote_forks_where_numpy_starts_blas_threads(tmp_path, monkeypatch)
 def test_a_fork_of_this_process_starts_without_our_pool(monkeypatch):
     """A child forked from a process with a worker pool has no pool (its feeding threads are not
     in the child) and none of its sockets."""
-    import os
     import warnings
 
     from cutedsl_backend import compiler
