@@ -18,7 +18,8 @@
 # sweepfp8-fast - fast fp8, the ping-pong 128x128 against the cooperative tiles, short and long K;
 # epi-barriers - session 7's epilogue A/B: the two-barrier setting's numerics (one barrier is the default
 # since session 8), then benches with 2, 1, 2 barriers;
-# (session 8) bf16 - bench --shapes prefill --dtypes bfloat16. Logs and JSON go to $OUT.
+# (session 8) bf16 - bench --shapes prefill --dtypes bfloat16; (session 9) power - scripts/power_probe.py
+# (SM clock, power and tensor utilisation at that clock, ours against the peers). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -93,6 +94,7 @@ run() {
       epilogue) step "bench-epilogue" 200 python3 -m cutedsl_backend bench-epilogue --json "$out/bench-epilogue.json" ;;
       bf16) step "bench bf16" 150 python3 -m cutedsl_backend bench --shapes prefill --dtypes bfloat16 \
           --json "$out/bench-bf16.json" ;;
+      power) step "power probe" 200 python3 scripts/power_probe.py 3 --json "$out/power-probe.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
       sweepfp8) step "sweep-fp8" 420 python3 -m cutedsl_backend sweep-fp8 --json "$out/sweep-fp8.json" ;;
       *) echo "unknown step $what" ;;
