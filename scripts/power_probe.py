@@ -137,28 +137,33 @@ def cases():
     return out
 
 
-def main(argv):
-    seconds = float(argv[0]) if argv and not argv[0].startswith("--") else 3.0
-    json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
+def run_cases(cases, seconds: float, rounds: int = 2) -> list:
+    """Each case (shape "MxNxK", kind "bf16"/"fp8", name, fn) sustained for ``seconds``, every
+    case once per round; prints and returns a row per measurement."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sampler = Sampler()
-    print(f"power_probe: {torch.cuda.get_device_name()}, {sms} SMs, samples from {sampler.source}, "
-          f"{seconds:.0f} s per case, two rounds")
+    print(f"{torch.cuda.get_device_name()}, {sms} SMs, samples from {sampler.source}, "
+          f"{seconds:.0f} s per case, {rounds} rounds", flush=True)
     rows = []
-    for rnd in (1, 2):
-        for shape, kind, name, fn in cases():
+    for rnd in range(1, rounds + 1):
+        for shape, kind, name, fn in cases:
             m, n, k = (int(x) for x in shape.split("x"))
             r = sustained(fn, seconds, sampler)
             tf = 2.0 * m * n * k / (r["ms"] * 1e-3) / 1e12
             util = tf * 1e12 / (sms * FLOP_PER_CLK_PER_SM[kind] * r["sm_mhz"] * 1e6)
-            row = {"round": rnd, "shape": shape, "kind": kind, "case": name, "tflops": tf, **r,
-                   "util_at_clock": util}
-            rows.append(row)
-            print(f"round {rnd} {kind} {shape:16s} {name:26s} {tf:7.1f} TFLOP/s  SM {r['sm_mhz']:5.0f} MHz  "
+            rows.append({"round": rnd, "shape": shape, "kind": kind, "case": name, "tflops": tf, **r,
+                         "util_at_clock": util})
+            print(f"round {rnd} {kind} {shape:16s} {name:34s} {tf:7.1f} TFLOP/s  SM {r['sm_mhz']:5.0f} MHz  "
                   f"{r['power_w']:5.0f} W  tensor util at clock {util:.3f}  throttle {','.join(r['throttle']) or '-'}",
                   flush=True)
-    if json_path:
-        with open(json_path, "w") as f:
+    return rows
+
+
+def main(argv):
+    seconds = float(argv[0]) if argv and not argv[0].startswith("--") else 3.0
+    rows = run_cases(cases(), seconds)
+    if "--json" in argv:
+        with open(argv[argv.index("--json") + 1], "w") as f:
             json.dump(rows, f, indent=1)
 
 

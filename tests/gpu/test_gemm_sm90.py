@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cutedsl_backend as cb  # noqa: E402
-from cutedsl_backend.configs import quick_configs  # noqa: E402
+from cutedsl_backend.configs import GemmConfig, quick_configs  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -59,6 +59,17 @@ TAIL_SHAPES = [(1, 200, 392, 520), (3, 328, 456, 264), (2, 1000, 2056, 776)]
 def test_quick_configs(cfg, dtype, layout):
     for i, (L, M, N, K) in enumerate(TAIL_SHAPES):
         a, b = make_operands(L, M, N, K, DTYPES[dtype], *layout, seed=hash((cfg.name, dtype, layout, i)) % 2**31)
+        run_and_check(a, b, config=cfg, squeeze=(L == 1))
+
+
+# 2x2 clusters multicast both operands; tile counts odd in M and N leave part of a cluster idle
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 256, cluster_m=2, cluster_n=2),
+                                 GemmConfig(256, 128, cluster_m=2, cluster_n=2),
+                                 GemmConfig(64, 128, cluster_m=2, cluster_n=2, schedule="pingpong")],
+                         ids=lambda c: c.name)
+def test_two_by_two_clusters(cfg):
+    for i, (L, M, N, K) in enumerate([(1, 1100, 2056, 776), (1, 2, 4104, 520), (3, 328, 456, 264)]):
+        a, b = make_operands(L, M, N, K, torch.bfloat16, "k", "n", seed=31 + i)
         run_and_check(a, b, config=cfg, squeeze=(L == 1))
 
 

@@ -51,6 +51,20 @@ def test_scaled_mm_numerics(mix, kind, out, cfg, fast):
 
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast_accum"])
+def test_two_by_two_clusters(kind, fast):
+    """Both operands multicast; M and N tile counts odd (part of a cluster idle)."""
+    cfg = GemmConfig(128, 256 if fast else 192, cluster_m=2, cluster_n=2)
+    M, N, K = 1100, 2056, 784
+    a, b, g = fp8_operands(M, N, K, E4M3, E4M3, seed=17)
+    sa, sb = scales(kind, M, N, g)
+    res = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.scaled_mm(a, b, sa, sb, config=cfg, out=res, use_fast_accum=fast)
+    m = compare_fp8(res, dequant_ref(a, b, sa, sb), "bfloat16", K, fast_accum=fast)
+    assert m["ok"], m
+
+
+@pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast_accum"])
 def test_matches_torch_scaled_mm(kind, fast):
     M, N, K = 200, 400, 528
     a, b, g = fp8_operands(M, N, K, E4M3, E4M3, seed=9)
