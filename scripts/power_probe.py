@@ -10,67 +10,16 @@ utilisation and different clocks differ in power. Run on the GPU machine from th
     python3 scripts/power_probe.py [seconds] [--json FILE]
 """
 import json
-import statistics
-import subprocess
 import sys
-import threading
 import time
 
 import torch
 
 import cutedsl_backend as cb
-
-# Dense tensor-core FLOP per clock per SM on sm90 (H100/H200 datasheet rates at their boost clock).
-FLOP_PER_CLK_PER_SM = {"bf16": 4096, "fp8": 8192}
-# NVML throttle-reason bits (nvmlClocksThrottleReason*) worth naming
-REASONS = {0x1: "idle", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
-           0x80: "hw_power_brake"}
+from cutedsl_backend.validation.power import PowerSampler, summarize, tensor_utilisation
 
 
-class Sampler:
-    """SM clock (MHz), power (W) and throttle reasons every ~20 ms, from NVML or nvidia-smi."""
-
-    def __init__(self):
-        self.samples, self._stop = [], threading.Event()
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-
-            def read():
-                return (pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                        pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-            read()
-            self.source = "nvml"
-        except Exception:  # no pynvml: one nvidia-smi query per sample (slower, ~50 ms)
-            def read():
-                q = subprocess.run(["nvidia-smi", "-i", str(torch.cuda.current_device()),
-                                    "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active",
-                                    "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
-                clk, pw, reasons = (x.strip() for x in q.split(","))
-                return int(clk), float(pw), int(reasons, 16)
-            self.source = "nvidia-smi"
-        self._read = read
-
-    def __enter__(self):
-        self.samples.clear()
-        self._stop.clear()
-        self._t = threading.Thread(target=self._loop, daemon=True)
-        self._t.start()
-        return self
-
-    def _loop(self):
-        while not self._stop.is_set():
-            self.samples.append(self._read())
-            time.sleep(0.02)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
-
-
-def sustained(fn, seconds: float, sampler: Sampler, calls: int = 20) -> dict:
+def sustained(fn, seconds: float, sampler: PowerSampler, calls: int = 20) -> dict:
     """Replay a graph of ``calls`` launches of ``fn`` for ``seconds``; device ms per call and the
     samples taken over the second half (the clock settles after the first)."""
     s = torch.cuda.Stream()
@@ -85,7 +34,6 @@ def sustained(fn, seconds: float, sampler: Sampler, calls: int = 20) -> dict:
     g.replay()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    per_replay = None
     with sampler:
         while time.perf_counter() - t0 < seconds / 2:  # settle
             g.replay()
@@ -103,12 +51,7 @@ def sustained(fn, seconds: float, sampler: Sampler, calls: int = 20) -> dict:
         torch.cuda.synchronize()
         per_replay = start.elapsed_time(end) / replays
         tail = sampler.samples[first:]
-    clk = statistics.median(x[0] for x in tail)
-    reasons = 0
-    for x in tail:
-        reasons |= x[2]
-    return {"ms": per_replay / calls, "sm_mhz": clk, "power_w": statistics.median(x[1] for x in tail),
-            "samples": len(tail), "throttle": [n for b, n in REASONS.items() if reasons & b]}
+    return {"ms": per_replay / calls, "samples": len(tail), **summarize(tail)}
 
 
 def cases():
@@ -141,7 +84,7 @@ def run_cases(cases, seconds: float, rounds: int = 2) -> list:
     """Each case (shape "MxNxK", kind "bf16"/"fp8", name, fn) sustained for ``seconds``, every
     case once per round; prints and returns a row per measurement."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sampler = Sampler()
+    sampler = PowerSampler(torch.cuda.current_device())
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, samples from {sampler.source}, "
           f"{seconds:.0f} s per case, {rounds} rounds", flush=True)
     rows = []
@@ -150,7 +93,7 @@ def run_cases(cases, seconds: float, rounds: int = 2) -> list:
             m, n, k = (int(x) for x in shape.split("x"))
             r = sustained(fn, seconds, sampler)
             tf = 2.0 * m * n * k / (r["ms"] * 1e-3) / 1e12
-            util = tf * 1e12 / (sms * FLOP_PER_CLK_PER_SM[kind] * r["sm_mhz"] * 1e6)
+            util = tensor_utilisation(tf, r["sm_mhz"], sms, "fp8" if kind == "fp8" else "16bit")
             rows.append({"round": rnd, "shape": shape, "kind": kind, "case": name, "tflops": tf, **r,
                          "util_at_clock": util})
             print(f"round {rnd} {kind} {shape:16s} {name:34s} {tf:7.1f} TFLOP/s  SM {r['sm_mhz']:5.0f} MHz  "

@@ -60,17 +60,53 @@ def _graph_ms(fn, calls: int = 10) -> float:
     return _median_ms(g.replay) / calls
 
 
+def alternated_graph_ms(fns: dict, rounds: int = 3, sampler=None) -> dict:
+    """Time each ``fns`` entry (name -> fn) with :func:`_graph_ms`, ``rounds`` times in
+    alternation (A B A B ...): on a power-capped GPU the clock drifts over seconds, and timings
+    taken in one round share its clock state. Returns, per name, its per-round times ``runs`` and
+    their median ``ms``, with the SM clock and power read over its timings (a
+    :class:`~cutedsl_backend.validation.power.PowerSampler`; none without one)."""
+    from .power import summarize
+
+    runs: dict = {name: [] for name in fns}
+    samples: dict = {name: [] for name in fns}
+    with sampler or contextlib.nullcontext():
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                first = len(sampler.samples) if sampler else 0
+                runs[name].append(_graph_ms(fn))
+                if sampler:
+                    samples[name] += sampler.samples[first:]
+    return {name: {"ms": statistics.median(runs[name]), "runs": runs[name], **summarize(samples[name])}
+            for name in fns}
+
+
+def round_ratio(timed: dict, peer: str, ours: str) -> float:
+    """The median over rounds of peer time / our time (each round's pair shares its clock)."""
+    return statistics.median(p / o for p, o in zip(timed[peer]["runs"], timed[ours]["runs"]))
+
+
+def _clock_note(timed: dict, name: str) -> str:
+    t = timed[name]
+    return f" @{t['sm_mhz']:.0f} MHz {t['power_w']:.0f} W" if "sm_mhz" in t else ""
+
+
 def tflops(m, n, k, ms, batch=1):
     return 2.0 * m * n * k * batch / (ms * 1e-3) / 1e12
 
 
-def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, log=print) -> list:
-    """One row per (dtype, shape): ours vs torch.matmul, timed alternately in the same process."""
+def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, log=print,
+                 rounds: int = 3) -> list:
+    """One row per (dtype, shape): ours vs torch.matmul, timed alternately in the same process
+    (the graph ratio: the median over ``rounds`` alternations, see :func:`alternated_graph_ms`)."""
     import torch
 
     import cutedsl_backend as cb
 
     from ..ops import _prepare
+    from .power import PowerSampler
+
+    sampler = PowerSampler(torch.cuda.current_device())
 
     rows = []
     for dt in dtypes:
@@ -96,8 +132,9 @@ def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, 
             t_torch = _median_ms(peer)
             t_ours = _median_ms(ours)
             t_torch = min(t_torch, _median_ms(peer))
-            # graph: 10 calls replayed from a CUDA graph, i.e. device time per GEMM
-            g_ours, g_torch = _graph_ms(ours), _graph_ms(peer)
+            # graph: 10 calls replayed from a CUDA graph, i.e. device time per GEMM, alternated
+            timed = alternated_graph_ms({"ours": ours, "peer": peer}, rounds, sampler)
+            g_ours, g_torch = timed["ours"]["ms"], timed["peer"]["ms"]
             row = {
                 "dtype": dt, "m": m, "n": n, "k": k, "config": kern.config.name,
                 "ours_ms": t_ours, "torch_ms": t_torch,
@@ -105,12 +142,14 @@ def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, 
                 "ratio": t_torch / t_ours,
                 "graph_ours_ms": g_ours, "graph_torch_ms": g_torch,
                 "graph_ours_tflops": tflops(m, n, k, g_ours), "graph_torch_tflops": tflops(m, n, k, g_torch),
-                "graph_ratio": g_torch / g_ours, "rel_l2_vs_fp32": err,
+                "graph_ratio": round_ratio(timed, "peer", "ours"), "rel_l2_vs_fp32": err,
+                "ours_timing": timed["ours"], "torch_timing": timed["peer"],
             }
             rows.append(row)
             log(f"{dt:9s} {m:6d}x{n:6d}x{k:6d}  eager: ours {row['ours_tflops']:6.1f} cuBLAS "
                 f"{row['torch_tflops']:6.1f} ratio {row['ratio']:.3f} | graph: ours "
-                f"{row['graph_ours_tflops']:6.1f} cuBLAS {row['graph_torch_tflops']:6.1f} ratio "
+                f"{row['graph_ours_tflops']:6.1f}{_clock_note(timed, 'ours')} cuBLAS "
+                f"{row['graph_torch_tflops']:6.1f}{_clock_note(timed, 'peer')} ratio "
                 f"{row['graph_ratio']:.3f}  [{kern.config.name}] rel_l2={err:.1e}")
     return rows
 
@@ -332,13 +371,17 @@ def bench_epilogues(m=4096, n=14336, k=4096, dtype="bfloat16", log=print, with_c
                     rounds: int = 3) -> list:
     """Fused epilogues: ours vs our bare GEMM, cuBLASLt's fused bias+activation
     (torch._addmm_activation), eager torch, and torch.compile max-autotune; CUDA-graph timing.
-    A variant's cost over our bare GEMM is measured in ``rounds`` alternations of the two, back to
-    back (the median of the rounds' ratios): timed minutes apart, clock and power drift would be
-    counted as epilogue cost."""
+    Each variant, our bare GEMM and the peers are timed in ``rounds`` alternations, back to back
+    (:func:`alternated_graph_ms`), and every ratio is the median of the rounds' ratios: timed
+    minutes apart, clock and power drift would be counted as epilogue cost or speed-up."""
     import torch
     import torch.nn.functional as F
 
     import cutedsl_backend as cb
+
+    from .power import PowerSampler
+
+    sampler = PowerSampler(torch.cuda.current_device())
 
     dt = getattr(torch, dtype)
     a = torch.randn(m, k, device="cuda").to(dt)
@@ -363,42 +406,46 @@ def bench_epilogues(m=4096, n=14336, k=4096, dtype="bfloat16", log=print, with_c
 
     for name, (kw, eager, lt) in variants.items():
         cb.gemm(a, b, out=out, **kw)
-        t_ours, t_bare = [], []
-        for _ in range(rounds):
-            t_bare.append(_graph_ms(bare))
-            t_ours.append(_graph_ms(lambda: cb.gemm(a, b, out=out, **kw)))
-        # the cost: median of each round's ratio (a round's two timings share its clock state)
-        overhead = statistics.median(o / b for o, b in zip(t_ours, t_bare)) - 1
-        t_ours, t_bare = statistics.median(t_ours), statistics.median(t_bare)
-        t_eager = _graph_ms(eager)
-        row = {"variant": name, "shape": f"{m}x{n}x{k}", "dtype": dtype, "ours_ms": t_ours,
-               "ours_tflops": tflops(m, n, k, t_ours), "our_bare_ms": t_bare,
-               "overhead_vs_our_bare": overhead, "eager_ms": t_eager, "vs_eager": t_eager / t_ours}
+        fns = {"bare": bare, "ours": lambda kw=kw: cb.gemm(a, b, out=out, **kw), "eager": eager}
         if lt is not None:
-            t_lt = _graph_ms(lt)
-            row.update(cublaslt_ms=t_lt, vs_cublaslt=t_lt / t_ours)
+            fns["cublaslt"] = lt
+        row = {"variant": name, "shape": f"{m}x{n}x{k}", "dtype": dtype}
         if with_compile and name != "bare":
-            fn = torch.compile(eager, mode="max-autotune-no-cudagraphs")
+            fns["compiled"] = torch.compile(eager, mode="max-autotune-no-cudagraphs")
             t0 = time.time()
-            fn()
+            fns["compiled"]()
             row["compile_autotune_s"] = time.time() - t0
-            t_c = _graph_ms(fn)
-            row.update(compiled_ms=t_c, vs_compiled=t_c / t_ours)
+        timed = alternated_graph_ms(fns, rounds, sampler)
+        # each ratio: the median of its rounds' ratios (a round's timings share its clock state)
+        row.update(ours_ms=timed["ours"]["ms"], ours_tflops=tflops(m, n, k, timed["ours"]["ms"]),
+                   our_bare_ms=timed["bare"]["ms"], overhead_vs_our_bare=round_ratio(timed, "ours", "bare") - 1,
+                   eager_ms=timed["eager"]["ms"], vs_eager=round_ratio(timed, "eager", "ours"),
+                   ours_timing=timed["ours"])
+        if lt is not None:
+            row.update(cublaslt_ms=timed["cublaslt"]["ms"], vs_cublaslt=round_ratio(timed, "cublaslt", "ours"))
+        if "compiled" in fns:
+            row.update(compiled_ms=timed["compiled"]["ms"], vs_compiled=round_ratio(timed, "compiled", "ours"))
         rows.append(row)
-        log(f"{name:15s} ours {row['ours_tflops']:6.1f} TFLOP/s (+{100 * row['overhead_vs_our_bare']:.1f}% vs "
+        log(f"{name:15s} ours {row['ours_tflops']:6.1f} TFLOP/s{_clock_note(timed, 'ours')} "
+            f"({100 * row['overhead_vs_our_bare']:+.1f}% vs "
             f"our bare) | vs eager {row['vs_eager']:.3f}"
             + (f" | vs cuBLASLt fused {row['vs_cublaslt']:.3f}" if "vs_cublaslt" in row else "")
             + (f" | vs torch.compile max-autotune {row['vs_compiled']:.3f}" if "vs_compiled" in row else ""))
     return rows
 
 
-def bench_fp8(shapes, log=print) -> list:
+def bench_fp8(shapes, log=print, rounds: int = 3) -> list:
     """scaled_mm (e4m3 x e4m3 -> bf16) vs torch._scaled_mm, tensorwise and rowwise, with the same
-    accumulation mode on both sides (use_fast_accum True and False), same run."""
+    accumulation mode on both sides (use_fast_accum True and False), same run. The graph ratio is
+    the median over ``rounds`` alternations of the two (see :func:`alternated_graph_ms`), with the
+    SM clock and power each side ran at where NVML or nvidia-smi can read them."""
     import torch
 
     import cutedsl_backend as cb
 
+    from .power import PowerSampler
+
+    sampler = PowerSampler(torch.cuda.current_device())
     rows = []
     for (m, n, k) in shapes:
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
@@ -417,14 +464,17 @@ def bench_fp8(shapes, log=print) -> list:
                 torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
             ours()
-            g_ours, g_peer = _graph_ms(ours), _graph_ms(peer)
+            timed = alternated_graph_ms({"ours": ours, "peer": peer}, rounds, sampler)
             e_ours, e_peer = _median_ms(ours), _median_ms(peer)
             mode = "fast_accum" if fast else "precise"
             row = {"shape": f"{m}x{n}x{k}", "scaling": kind, "accumulation": mode,
-                   "graph_ours_tflops": tflops(m, n, k, g_ours), "graph_peer_tflops": tflops(m, n, k, g_peer),
-                   "graph_ratio": g_peer / g_ours, "eager_ratio": e_peer / e_ours}
+                   "graph_ours_tflops": tflops(m, n, k, timed["ours"]["ms"]),
+                   "graph_peer_tflops": tflops(m, n, k, timed["peer"]["ms"]),
+                   "graph_ratio": round_ratio(timed, "peer", "ours"), "eager_ratio": e_peer / e_ours,
+                   "rounds": rounds, "ours_timing": timed["ours"], "peer_timing": timed["peer"]}
             rows.append(row)
-            log(f"fp8 {kind:10s} {mode:10s} {m}x{n}x{k}: ours {row['graph_ours_tflops']:7.1f} TFLOP/s, "
-                f"torch._scaled_mm {row['graph_peer_tflops']:7.1f}, graph ratio {row['graph_ratio']:.3f}, "
+            log(f"fp8 {kind:10s} {mode:10s} {m}x{n}x{k}: ours {row['graph_ours_tflops']:7.1f} TFLOP/s"
+                f"{_clock_note(timed, 'ours')}, torch._scaled_mm {row['graph_peer_tflops']:7.1f}"
+                f"{_clock_note(timed, 'peer')}, graph ratio {row['graph_ratio']:.3f}, "
                 f"eager ratio {row['eager_ratio']:.3f}")
     return rows
