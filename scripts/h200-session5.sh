@@ -20,7 +20,7 @@
 # since session 8), then benches with 2, 1, 2 barriers;
 # (session 8) bf16 - bench --shapes prefill --dtypes bfloat16; (session 9) power - scripts/power_probe.py
 # (SM clock, power and tensor utilisation at that clock, ours against the peers); clusters - 2x2
-# clusters: numerics tests, then scripts/cluster_ab.py. Logs and JSON go to $OUT.
+# clusters: numerics tests, then scripts/cluster_ab.py; peers - scripts/peer_kernels.py (the kernels cuBLAS picks). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -98,6 +98,7 @@ run() {
       clusters)  # session 9: 2x2 clusters' numerics tests, then their A/B at the power cap
         step "2x2 cluster tests" 120 python3 -m pytest tests/gpu -q -rs -p no:cacheprovider -k two_by_two
         step "cluster A/B" 360 python3 scripts/cluster_ab.py 2 --json "$out/cluster-ab.json" ;;
+      peers) step "peer kernels" 120 python3 scripts/peer_kernels.py ;;
       power) step "power probe" 200 python3 scripts/power_probe.py 3 --json "$out/power-probe.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;
       sweepfp8) step "sweep-fp8" 420 python3 -m cutedsl_backend sweep-fp8 --json "$out/sweep-fp8.json" ;;
