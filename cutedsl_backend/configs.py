@@ -29,8 +29,9 @@ EPI_TILE_N = 32
 # with a mainloop, so its loads need the slack; on the 128x256 cooperative and 128x128 ping-pong
 # bf16 tiles four cost no more A/B stages than two.
 RES_STAGES = 4
-# Accumulator registers a thread may hold before the kernel spills (fp32 accumulators).
-MAX_ACC_REGS_PER_THREAD = 128
+# Accumulator registers a thread may hold without spilling (fp32 accumulators): 160 for the
+# cooperative 128x320 and ping-pong 128x160 tiles, which compile without local memory.
+MAX_ACC_REGS_PER_THREAD = 160
 # precise fp8 holds the accumulator three times (the running fp32 sum and two k-tile partials
 # that alternate, one in the tensor cores while the other is added) where that fits, else twice
 # (one partial: each k-tile's add waits for its WGMMAs; see promoted_acc_copies)
@@ -171,6 +172,15 @@ def max_stages(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:
     return max(0, min(8, cap // smem_bytes_per_stage(cfg, problem)))
 
 
+# the widest WGMMA (and TMA box) is 256: wider tiles issue two instructions of half the width
+MAX_MMA_N = 256
+
+
+def mma_atom_n(cfg: GemmConfig) -> int:
+    """The N of one sm90 WGMMA instruction for ``cfg``'s tile (tile_n, or half of it past 256)."""
+    return cfg.tile_n if cfg.tile_n <= MAX_MMA_N else cfg.tile_n // 2
+
+
 def acc_regs_per_thread(cfg: GemmConfig) -> int:
     """fp32 accumulator registers per math thread on sm90 (sm100 keeps them in TMEM)."""
     threads = 128 * (2 if cfg.schedule == "cooperative" else 1)
@@ -201,11 +211,16 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         raise UnsupportedGemmError(
             f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
         )
-    if cfg.tile_n % EPI_TILE_N or not (EPI_TILE_N * 2 <= cfg.tile_n <= 256):
-        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in 64..256")
+    max_n = 320 if (cfg.arch == "sm90a" and cfg.schedule == "cooperative") else 256
+    if cfg.tile_n % EPI_TILE_N or not (EPI_TILE_N * 2 <= cfg.tile_n <= max_n):
+        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in 64..{max_n}")
     if cfg.arch == "sm90a":
         if cfg.two_cta:
             raise UnsupportedGemmError("two_cta is an sm100a option")
+        if cfg.tile_n > MAX_MMA_N and problem.b_major != "k":
+            raise UnsupportedGemmError(
+                f"tile_n {cfg.tile_n}: wider than one WGMMA ({MAX_MMA_N}), it is split in two, which needs B "
+                "K-major (an N-major B's 64-column swizzle blocks do not split at the half)")
         allowed_m = (128, 256) if cfg.schedule == "cooperative" else (64, 128)
         if cfg.tile_m not in allowed_m:
             raise UnsupportedGemmError(

@@ -20,7 +20,7 @@
 # since session 8), then benches with 2, 1, 2 barriers;
 # (session 8) bf16 - bench --shapes prefill --dtypes bfloat16; (session 9) power - scripts/power_probe.py
 # (SM clock, power and tensor utilisation at that clock, ours against the peers); clusters - 2x2
-# clusters: numerics tests, then scripts/cluster_ab.py; peers - scripts/peer_kernels.py (the kernels cuBLAS picks). Logs and JSON go to $OUT.
+# clusters: numerics tests, then scripts/tile_ab.py clusters; wide - the same for 128x320 tiles; peers - scripts/peer_kernels.py (the kernels cuBLAS picks). Logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -97,7 +97,10 @@ run() {
           --json "$out/bench-bf16.json" ;;
       clusters)  # session 9: 2x2 clusters' numerics tests, then their A/B at the power cap
         step "2x2 cluster tests" 120 python3 -m pytest tests/gpu -q -rs -p no:cacheprovider -k two_by_two
-        step "cluster A/B" 360 python3 scripts/cluster_ab.py 2 --json "$out/cluster-ab.json" ;;
+        step "cluster A/B" 360 python3 scripts/tile_ab.py clusters 2 --json "$out/cluster-ab.json" ;;
+      wide)  # session 9: 128x320 tiles' numerics tests, then their A/B at the power cap
+        step "wide tile tests" 120 python3 -m pytest tests/gpu -q -rs -p no:cacheprovider -k wide_tile
+        step "wide tile A/B" 360 python3 scripts/tile_ab.py wide 2 --json "$out/wide-ab.json" ;;
       peers) step "peer kernels" 120 python3 scripts/peer_kernels.py ;;
       power) step "power probe" 200 python3 scripts/power_probe.py 3 --json "$out/power-probe.json" ;;
       fp8) step "bench-fp8" 120 python3 -m cutedsl_backend bench-fp8 --shapes prefill --json "$out/bench-fp8.json" ;;

@@ -35,7 +35,15 @@ try:  # DSL >= 4.8 moved these; older releases only have the cutlass.utils names
 except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
-from ..configs import EPI_STAGES, RES_STAGES, GemmConfig, epilogue_groups, epilogue_tile, promoted_acc_copies
+from ..configs import (
+    EPI_STAGES,
+    RES_STAGES,
+    GemmConfig,
+    epilogue_groups,
+    epilogue_tile,
+    mma_atom_n,
+    promoted_acc_copies,
+)
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -118,7 +126,7 @@ class Sm90Gemm:
             self.a_layout.sm90_mma_major_mode(), self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
             (2, 1, 1) if self.cooperative else (1, 1, 1),
-            tiler_mn=(64, self.cfg.tile_n),
+            tiler_mn=(64, mma_atom_n(self.cfg)),
         )
         a_smem_staged = sm90_utils.make_smem_layout_a(
             self.a_layout, self.tile_shape_mnk, self.a_dtype, self.ab_stage)

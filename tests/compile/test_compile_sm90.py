@@ -226,3 +226,23 @@ def test_rowwise_scales_cost_one_multiply_per_element(cfg):
     tensorwise, rowwise = fmuls("scalar", "scalar"), fmuls("row", "col")
     assert tensorwise >= per_thread  # the alpha * scales product applied to every element
     assert rowwise <= tensorwise + per_thread + per_thread // 2, (rowwise, tensorwise, per_thread)  # 3 each: 384
+
+
+@pytest.mark.parametrize("dtype, op", [("bfloat16", "HGMMA"), ("float8_e4m3fn", "QGMMA")])
+def test_wide_tile_issues_two_wgmmas_per_k_block(dtype, op):
+    """128x320 is wider than one WGMMA (256): it issues two 64x160 instructions per k-block, twice
+    the 128x160 tile's count, and its 160 accumulator registers per thread do not spill."""
+    import re
+
+    import cutedsl_backend as cb
+
+    def build(tile_n):
+        return cb.compile_gemm(1000, 2056, 784, dtype=dtype, b_major="k", fast_accum=True,
+                               config=GemmConfig(128, tile_n, cluster_m=2), use_cache=False,
+                               epilogue=EpilogueSpec(scale_a="row", scale_b="col") if op == "QGMMA" else None)
+    wide, narrow = build(320), build(160)
+    assert wide.sass_counts()[op] == 2 * narrow.sass_counts()[op] > 0
+    assert set(re.findall(op + r"\.64x(\d+)x", wide.sass())) == {"160"}
+    assert wide.sass_counts()["UTMALDG"] > 0
+    assert not wide.resources.spills and wide.sass_counts()["LDL"] == wide.sass_counts()["STL"] == 0
+    assert wide.compile_seconds <= BUDGET["cell_max_s"]

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cutedsl_backend as cb  # noqa: E402
-from cutedsl_backend.configs import quick_configs  # noqa: E402
+from cutedsl_backend.configs import GemmConfig, quick_configs  # noqa: E402
 from cutedsl_backend.epilogue import ACTIVATION_NAMES, reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
@@ -70,6 +70,21 @@ def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
     check(out, reference(a.double() @ b.double(), residual=res.double(), alpha=0.5, beta=2.0), 776)
     problem, *_ = _prepare(a, b, None, None)
     assert cb.ops._Epilogue(problem, a.device, None, res, None, None, None).spec.residual_tma == aligned
+
+
+def test_wide_tile_with_the_whole_epilogue():
+    """128x320 (two WGMMAs per k-block, ten epilogue sub-tiles): bias, gelu_tanh and a TMA residual
+    over tails and batches, B K-major."""
+    a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=12)
+    b = b.transpose(1, 2).contiguous().transpose(1, 2)  # K-major
+    bias = torch.randn(2056, device="cuda", generator=g).to(torch.bfloat16)
+    res = torch.randn(2, 1000, 2056, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cfg = GemmConfig(128, 320, cluster_m=2)
+    cb.gemm(a, b, bias=bias, residual=res, activation="gelu_tanh", beta=0.5, config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), beta=0.5,
+                    activation="gelu_tanh")
+    check(out, ref, 776, "gelu_tanh")
 
 
 @pytest.fixture

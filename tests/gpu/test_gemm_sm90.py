@@ -73,6 +73,20 @@ def test_two_by_two_clusters(cfg):
         run_and_check(a, b, config=cfg, squeeze=(L == 1))
 
 
+# 128x320: two 160-wide WGMMAs per k-block, B K-major; tails, batches, both A majors, fp32 output
+WIDE_TILES = [GemmConfig(128, 320, cluster_m=2), GemmConfig(128, 320, cluster_n=2)]
+
+
+@pytest.mark.parametrize("cfg", WIDE_TILES, ids=lambda c: c.name)
+@pytest.mark.parametrize("a_major", ["k", "m"])
+def test_wide_tile(cfg, a_major):
+    for i, (L, M, N, K) in enumerate(TAIL_SHAPES + [(1, 1100, 2056, 784)]):
+        a, b = make_operands(L, M, N, K, torch.bfloat16, a_major, "k", seed=41 + i)
+        run_and_check(a, b, config=cfg, squeeze=(L == 1))
+    a, b = make_operands(2, 136, 648, 392, torch.float16, a_major, "k", seed=40)
+    run_and_check(a, b, out_dtype=torch.float32, config=cfg)
+
+
 @pytest.mark.parametrize("cfg", [quick_configs("sm90a")[0], quick_configs("sm90a")[3]], ids=lambda c: c.name)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"a{x[0]}_b{x[1]}")
 def test_fp32_output(cfg, layout):

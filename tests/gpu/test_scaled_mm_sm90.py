@@ -89,6 +89,26 @@ def test_scaled_mm_with_fused_epilogue():
     assert m["ok"], m
 
 
+@pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
+def test_wide_tile_fast_accum(kind):
+    """128x320 (two 160-wide QGMMAs per k-block), fast accumulation; odd tile counts; with and
+    without bias + relu."""
+    M, N, K = 1100, 2056, 784
+    a, b, g = fp8_operands(M, N, K, E4M3, E4M3, seed=23)
+    sa, sb = scales(kind, M, N, g)
+    cfg = GemmConfig(128, 320, cluster_m=2)
+    res = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.scaled_mm(a, b, sa, sb, config=cfg, out=res, use_fast_accum=True)
+    m = compare_fp8(res, dequant_ref(a, b, sa, sb), "bfloat16", K, fast_accum=True)
+    assert m["ok"], m
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16) * 100
+    res.fill_(float("nan"))
+    cb.scaled_mm(a, b, sa, sb, bias=bias, activation="relu", config=cfg, out=res, use_fast_accum=True)
+    m = compare_fp8(res, dequant_ref(a, b, sa, sb, bias=bias.double(), activation="relu"), "bfloat16", K,
+                    "relu", fast_accum=True)
+    assert m["ok"], m
+
+
 def test_scaled_mm_bad_inputs():
     a, b, g = fp8_operands(64, 64, 64, E4M3, E4M3, seed=1)
     s = torch.ones((), device="cuda")

@@ -10,6 +10,7 @@ from cutedsl_backend.configs import (
     heuristic_score,
     is_valid,
     max_stages,
+    mma_atom_n,
     quick_configs,
     rank_configs,
 )
@@ -89,6 +90,25 @@ P = GemmProblem(4096, 4096, 4096)
 def test_config_rules(cfg, rule):
     with pytest.raises(UnsupportedGemmError, match=rule):
         check_config(cfg, P)
+
+
+def test_tiles_wider_than_one_wgmma():
+    """128x320 (two 160-wide WGMMAs) is a cooperative sm90a tile for a K-major B, and not in the
+    tuner's space (measured by scripts/tile_ab.py, not yet ranked)."""
+    k_major = GemmProblem(4096, 14336, 4096, b_major="k")
+    wide = GemmConfig(128, 320, cluster_m=2)
+    check_config(wide, k_major)
+    check_config(wide, GemmProblem(4096, 14336, 4096, dtype="float8_e4m3fn", b_major="k", fast_accum=True))
+    assert mma_atom_n(wide) == 160 and mma_atom_n(GemmConfig(128, 256)) == 256
+    for cfg, problem, rule in [
+        (wide, P, "K-major"),  # B N-major
+        (GemmConfig(128, 320, schedule="pingpong"), k_major, "tile_n"),
+        (GemmConfig(128, 352), k_major, "tile_n"),
+        (wide, GemmProblem(4096, 14336, 4096, dtype="float8_e4m3fn", b_major="k"), "precise fp8"),
+    ]:
+        with pytest.raises(UnsupportedGemmError, match=rule):
+            check_config(cfg, problem)
+    assert all(c.tile_n <= 256 for c in config_space("sm90a"))
 
 
 def test_smem_fits_and_stage_count():
