@@ -37,6 +37,7 @@ SETS = {
         "fp8 fast": [GemmConfig(128, 256, cluster_m=2), GemmConfig(128, 320, cluster_m=2),
                      GemmConfig(128, 320, cluster_n=2)],
         "fp8 precise": [],
+        "fp8 scales": ("tensorwise", "rowwise"),
     },
 }
 
@@ -84,16 +85,19 @@ def cases(cand):
             out.append((shape, "bf16", cfg.name, lambda a=a, b=b, c=c, cfg=cfg: cb.gemm(a, b, config=cfg, out=c)))
         a8 = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
         b8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+        scales = {"tensorwise": (torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")),
+                  "rowwise": (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)}
         for fast, cfgs in ((True, cand["fp8 fast"]), (False, cand["fp8 precise"])):
-            if not cfgs:
-                continue
-            mode = "fast" if fast else "precise"
-            out.append((shape, "fp8", f"torch._scaled_mm {mode}", lambda a=a8, b=b8, sa=sa, sb=sb, fast=fast:
-                        torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast)))
-            for cfg in cfgs:
-                out.append((shape, "fp8", f"{mode} {cfg.name}", lambda a=a8, b=b8, c=c, sa=sa, sb=sb, fast=fast, cfg=cfg:
-                            cb.scaled_mm(a, b, sa, sb, config=cfg, out=c, use_fast_accum=fast)))
+            for kind in cand.get("fp8 scales", ("tensorwise",)) if cfgs else ():
+                sa, sb = scales[kind]
+                mode = ("fast" if fast else "precise") + ("" if kind == "tensorwise" else " rowwise")
+                out.append((shape, "fp8", f"torch._scaled_mm {mode}", lambda a=a8, b=b8, sa=sa, sb=sb, fast=fast:
+                            torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                                             use_fast_accum=fast)))
+                for cfg in cfgs:
+                    out.append((shape, "fp8", f"{mode} {cfg.name}",
+                                lambda a=a8, b=b8, c=c, sa=sa, sb=sb, fast=fast, cfg=cfg:
+                                cb.scaled_mm(a, b, sa, sb, config=cfg, out=c, use_fast_accum=fast)))
     return out
 
 
