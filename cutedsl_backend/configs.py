@@ -369,7 +369,16 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     # ones, except where a measured override (_TUNED_SM90) picks one
     cands.sort(key=lambda c: (c != tuned, problem.promote_fp8 and promoted_acc_copies(c) == 2,
                               heuristic_score(c, problem, num_sms), c.name))
+    wide = wide_tile_choice(problem, num_sms, epilogue) if tuned is None else None
+    if wide is not None and cands and _same_tile(cands[0], WIDE_TILE_BASE):
+        cands.insert(0, wide)  # a tile outside the tuner's space, in place of the one it was measured against
     return cands[:top_k] if top_k else cands
+
+
+def _same_tile(a: GemmConfig, b: GemmConfig) -> bool:
+    """Same schedule, tile and cluster (raster order and group aside)."""
+    return (a.schedule, a.tile_m, a.tile_n, a.cluster_m, a.cluster_n) == (b.schedule, b.tile_m, b.tile_n,
+                                                                         b.cluster_m, b.cluster_n)
 
 
 def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
@@ -378,6 +387,36 @@ def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
     except UnsupportedGemmError:
         return False
     return True
+
+
+def wave_efficiency(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
+    """The useful share of the SM slots a persistent launch of ``cfg`` holds over its waves: the
+    output's area over waves x SMs x tile area (a partial last wave and tile padding idle)."""
+    waves = math.ceil(_tiles(problem, cfg) / num_sms)
+    return problem.m * problem.n * problem.batch / (waves * num_sms * cfg.tile_m * cfg.tile_n)
+
+
+# Measured on the H200 (session 9, `scripts/tile_ab.py wide`, sustained at the power cap, B K-major):
+# 128x320 c2x1 (two 160-wide WGMMAs per k-block) did per wave slot what 128x256 c2x1 did, so the
+# one that fills its waves better won: 4096x14336x4096 +1.2 to +2.0% (bf16, fp8 fast tensorwise and
+# rowwise; wave efficiency 0.987 against 0.970); 8192^3 -0.4 to -1.1% (0.955 against 0.970);
+# 4096x4096x14336 -12% (0.776 against 0.970).
+WIDE_TILE = GemmConfig(128, 320, cluster_m=2)
+WIDE_TILE_BASE = GemmConfig(128, 256, cluster_m=2)
+
+
+def wide_tile_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None) -> Optional[GemmConfig]:
+    """WIDE_TILE in place of WIDE_TILE_BASE (rank_configs) where it is valid (sm90a, B K-major, not
+    precise fp8), the epilogue is what was measured (none, or fp8 scales only), the problem spans at
+    least two waves of WIDE_TILE_BASE, and WIDE_TILE fills its waves at least 1% better."""
+    if problem.arch != "sm90a" or problem.b_major != "k" or _tiles(problem, WIDE_TILE_BASE) < 2 * num_sms:
+        return None
+    if epilogue is not None and (epilogue.bias or epilogue.residual or epilogue.activation):
+        return None
+    if not _fits(WIDE_TILE, problem, epilogue):
+        return None
+    gain = wave_efficiency(WIDE_TILE, problem, num_sms) - wave_efficiency(WIDE_TILE_BASE, problem, num_sms)
+    return WIDE_TILE if gain >= 0.01 else None
 
 
 def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:

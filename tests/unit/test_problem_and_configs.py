@@ -93,8 +93,8 @@ def test_config_rules(cfg, rule):
 
 
 def test_tiles_wider_than_one_wgmma():
-    """128x320 (two 160-wide WGMMAs) is a cooperative sm90a tile for a K-major B, and not in the
-    tuner's space (measured by scripts/tile_ab.py, not yet ranked)."""
+    """128x320 (two 160-wide WGMMAs) is a cooperative sm90a tile for a K-major B, outside the
+    tuner's space (only the wave-filling rule below picks it)."""
     k_major = GemmProblem(4096, 14336, 4096, b_major="k")
     wide = GemmConfig(128, 320, cluster_m=2)
     check_config(wide, k_major)
@@ -109,6 +109,31 @@ def test_tiles_wider_than_one_wgmma():
         with pytest.raises(UnsupportedGemmError, match=rule):
             check_config(cfg, problem)
     assert all(c.tile_n <= 256 for c in config_space("sm90a"))
+
+
+def test_the_wide_tile_replaces_128x256_where_it_fills_the_waves_better():
+    """Measured (session 9): 128x320 c2x1 won at 4096x14336x4096 (waves 0.987 full against 0.970)
+    and lost at 8192^3 (0.955) and 4096x4096x14336 (0.776); the rule follows the wave fill."""
+    from cutedsl_backend.configs import WIDE_TILE, WIDE_TILE_BASE, wave_efficiency
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    def pick(m, n, k, epilogue=None, **kw):
+        return rank_configs(GemmProblem(m, n, k, **kw), epilogue=epilogue)[0]
+
+    k_major = dict(b_major="k")
+    fp8_fast = dict(dtype="float8_e4m3fn", b_major="k", fast_accum=True)
+    p = GemmProblem(4096, 14336, 4096, b_major="k")
+    assert wave_efficiency(WIDE_TILE, p) == pytest.approx(0.987, abs=1e-3)
+    assert wave_efficiency(WIDE_TILE_BASE, p) == pytest.approx(0.970, abs=1e-3)
+    assert pick(4096, 14336, 4096, **k_major) == WIDE_TILE
+    assert pick(4096, 14336, 4096, epilogue=EpilogueSpec(scale_a="row", scale_b="col"), **fp8_fast) == WIDE_TILE
+    for m, n, k in [(8192, 8192, 8192), (4096, 4096, 14336), (128, 14336, 4096)]:  # fill worse / one wave
+        assert pick(m, n, k, **k_major).tile_n <= 256
+        assert pick(m, n, k, **fp8_fast).tile_n <= 256
+    assert pick(4096, 14336, 4096).tile_n == 256  # B N-major: the wide tile is invalid
+    assert pick(4096, 14336, 4096, dtype="float8_e4m3fn", b_major="k").tile_n <= 256  # precise fp8
+    assert pick(4096, 14336, 4096, epilogue=EpilogueSpec(bias="col"), **k_major).tile_n == 256  # not measured
+    assert rank_configs(p).count(WIDE_TILE) == 1
 
 
 def test_smem_fits_and_stage_count():
