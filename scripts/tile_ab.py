@@ -15,12 +15,12 @@ import json
 import sys
 
 import torch
+from power_probe import run_cases
 
 import cutedsl_backend as cb
 from cutedsl_backend.configs import GemmConfig
 from cutedsl_backend.epilogue import reference
 from cutedsl_backend.validation.tolerances import compare, compare_fp8
-from power_probe import run_cases
 
 SETS = {
     "clusters": {
