@@ -172,8 +172,10 @@ def max_stages(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:
     return max(0, min(8, cap // smem_bytes_per_stage(cfg, problem)))
 
 
-# the widest WGMMA (and TMA box) is 256: wider tiles issue two instructions of half the width
+# the widest WGMMA (and TMA box) is 256: the one wider tile (sm90a cooperative, SM90_MAX_TILE_N)
+# issues two instructions of half the width
 MAX_MMA_N = 256
+SM90_MAX_TILE_N = 320
 
 
 def mma_atom_n(cfg: GemmConfig) -> int:
@@ -211,12 +213,15 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         raise UnsupportedGemmError(
             f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
         )
-    max_n = 320 if (cfg.arch == "sm90a" and cfg.schedule == "cooperative") else 256
+    max_n = SM90_MAX_TILE_N if (cfg.arch == "sm90a" and cfg.schedule == "cooperative") else MAX_MMA_N
     if cfg.tile_n % EPI_TILE_N or not (EPI_TILE_N * 2 <= cfg.tile_n <= max_n):
         raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in 64..{max_n}")
     if cfg.arch == "sm90a":
         if cfg.two_cta:
             raise UnsupportedGemmError("two_cta is an sm100a option")
+        if MAX_MMA_N < cfg.tile_n != SM90_MAX_TILE_N:
+            raise UnsupportedGemmError(
+                f"tile_n {cfg.tile_n}: past {MAX_MMA_N} only {SM90_MAX_TILE_N} (two 160-wide WGMMAs)")
         if cfg.tile_n > MAX_MMA_N and problem.b_major != "k":
             raise UnsupportedGemmError(
                 f"tile_n {cfg.tile_n}: wider than one WGMMA ({MAX_MMA_N}), it is split in two, which needs B "

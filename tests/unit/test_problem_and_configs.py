@@ -104,6 +104,7 @@ def test_tiles_wider_than_one_wgmma():
         (wide, P, "K-major"),  # B N-major
         (GemmConfig(128, 320, schedule="pingpong"), k_major, "tile_n"),
         (GemmConfig(128, 352), k_major, "tile_n"),
+        (GemmConfig(128, 288), k_major, "only 320"),
         (wide, GemmProblem(4096, 14336, 4096, dtype="float8_e4m3fn", b_major="k"), "precise fp8"),
     ]:
         with pytest.raises(UnsupportedGemmError, match=rule):
