@@ -87,6 +87,12 @@ class GemmConfig:
     def key(self) -> tuple:
         return dataclasses.astuple(self)
 
+    @property
+    def shape(self) -> tuple:
+        """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
+        stages and tile_k aside; those variants measure within a few percent of each other)."""
+        return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta)
+
     @classmethod
     def from_name(cls, name: str) -> "GemmConfig":
         """The config whose :attr:`name` is ``name`` (the inverse of ``name``; Inductor's generated
@@ -375,15 +381,9 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     cands.sort(key=lambda c: (c != tuned, problem.promote_fp8 and promoted_acc_copies(c) == 2,
                               heuristic_score(c, problem, num_sms), c.name))
     wide = wide_tile_choice(problem, num_sms, epilogue) if tuned is None else None
-    if wide is not None and cands and _same_tile(cands[0], WIDE_TILE_BASE):
+    if wide is not None and cands and cands[0].shape == WIDE_TILE_BASE.shape:
         cands.insert(0, wide)  # a tile outside the tuner's space, in place of the one it was measured against
     return cands[:top_k] if top_k else cands
-
-
-def _same_tile(a: GemmConfig, b: GemmConfig) -> bool:
-    """Same schedule, tile and cluster (raster order and group aside)."""
-    return (a.schedule, a.tile_m, a.tile_n, a.cluster_m, a.cluster_n) == (b.schedule, b.tile_m, b.tile_n,
-                                                                         b.cluster_m, b.cluster_n)
 
 
 def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:

@@ -16,21 +16,14 @@ import time
 import torch
 
 import cutedsl_backend as cb
+from cutedsl_backend.validation.bench import graph_of
 from cutedsl_backend.validation.power import PowerSampler, summarize, tensor_utilisation
 
 
 def sustained(fn, seconds: float, sampler: PowerSampler, calls: int = 20) -> dict:
     """Replay a graph of ``calls`` launches of ``fn`` for ``seconds``; device ms per call and the
     samples taken over the second half (the clock settles after the first)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+    g = graph_of(fn, calls)
     g.replay()
     torch.cuda.synchronize()
     t0 = time.perf_counter()

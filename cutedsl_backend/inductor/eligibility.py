@@ -245,9 +245,8 @@ def diverse(ranked: list, k: int) -> list:
         return []
     seen, picked = set(), []
     for cfg in ranked:
-        shape = (cfg.schedule, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.two_cta)
-        if shape not in seen:
-            seen.add(shape)
+        if cfg.shape not in seen:
+            seen.add(cfg.shape)
             picked.append(cfg)
         if len(picked) == k:
             break

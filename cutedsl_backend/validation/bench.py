@@ -44,20 +44,26 @@ def _median_ms(fn, warmup=50, rep=300) -> float:
     return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def _graph_ms(fn, calls: int = 10) -> float:
-    """Median device time per call of ``fn`` replayed ``calls`` times from one CUDA graph."""
+def graph_of(fn, calls: int = 10):
+    """A CUDA graph of ``calls`` back-to-back calls of ``fn`` (one warm-up call first, outside the
+    capture: compiles, caches)."""
     import torch
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fn()  # warm-up outside capture (compiles, caches)
+        fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
-    return _median_ms(g.replay) / calls
+    return g
+
+
+def _graph_ms(fn, calls: int = 10) -> float:
+    """Median device time per call of ``fn`` replayed ``calls`` times from one CUDA graph."""
+    return _median_ms(graph_of(fn, calls).replay) / calls
 
 
 def alternated_graph_ms(fns: dict, rounds: int = 3, sampler=None) -> dict:
