@@ -1,4 +1,4 @@
-"""Interleaved A/B timing of epilogue configs (device tool, H200): each round times every
+"""Interleaved A/B timing of epilogue configs on an H100/H200: each round times every
 (variant, config) once, CUDA-graph medians, so clock drift over the run hits all of them alike.
 Usage: python3 scripts/epilogue_ab.py [rounds] [config names ...]"""
 
