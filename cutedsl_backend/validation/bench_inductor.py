@@ -90,7 +90,7 @@ class _Winners:
 
 
 # Cold variants for A/B runs, each with the environment it sets for its compile only: the background
-# loader off (what the loader saves), and the DSL start-up at enable() (session 5's measured default).
+# loader off (what the loader saves), and the DSL start-up at enable() (instead of at the first kernel offered).
 NO_LOADER = "cutedsl cold no-loader"
 ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
 INDUCTOR_TIMING = "cutedsl cold inductor-timing"
@@ -104,8 +104,8 @@ FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
 # measured): their chain loses, the others autotune as usual
 RESIDUAL_LOST = "cutedsl cold residual-lost"
 RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
-# each compile worker a subprocess with its own DSL import (before session 7: now they are forked
-# from one zygote that imported it once)
+# each compile worker a subprocess with its own DSL import (the default forks them from one zygote
+# that imported it once)
 SPAWNED_WORKERS = "cutedsl cold spawned-workers"
 FORCED_LOSS_FACTOR = 1000.0
 AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},

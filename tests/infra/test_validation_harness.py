@@ -49,7 +49,7 @@ def test_reports_are_written_and_count_skips(tmp_path):
          "cell": {"arch": "sm90a", "dtype": "bfloat16", "out_dtype": "bfloat16", "epilogue": "none"}},
         {"id": "sm90a/x/b", "gate": "gpu", "status": "fail", "reason": "numerics off",
          "cell": {"arch": "sm90a"}},
-        # a perf cell names no output dtype or epilogue (the H200 run of session 2 crashed the page on it)
+        # a perf cell names no output dtype or epilogue (a real H200 report with such cells once crashed the page)
         {"id": "sm90a/perf/bfloat16/8x8x8", "gate": "perf", "status": "pass", "reason": "",
          "cell": {"arch": "sm90a", "dtype": "bfloat16"}},
     ]

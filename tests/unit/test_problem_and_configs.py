@@ -113,8 +113,9 @@ def test_tiles_wider_than_one_wgmma():
 
 
 def test_the_wide_tile_replaces_128x256_where_it_fills_the_waves_better():
-    """Measured (session 9): 128x320 c2x1 won at 4096x14336x4096 (waves 0.987 full against 0.970)
-    and lost at 8192^3 (0.955) and 4096x4096x14336 (0.776); the rule follows the wave fill."""
+    """Measured on the H200 at the power cap: 128x320 c2x1 won at 4096x14336x4096 (waves 0.987 full
+    against 0.970) and lost at 8192^3 (0.955) and 4096x4096x14336 (0.776); the rule follows the
+    wave fill."""
     from cutedsl_backend.configs import WIDE_TILE, WIDE_TILE_BASE, wave_efficiency
     from cutedsl_backend.epilogue import EpilogueSpec
 
