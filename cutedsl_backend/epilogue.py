@@ -97,11 +97,11 @@ def residual_rule(*, elem_bytes: int, offset, row_stride, batch_stride, batched:
                   multiple_of=lambda x, k: x % k == 0, is_zero=lambda x: x == 0) -> bool:
     """The one rule for a residual the kernel may load by TMA (``EpilogueSpec.residual_aligned``):
     its offset (in elements from a 16-byte aligned address), its row stride and, under a batched
-    GEMM, its batch stride are whole multiples of 16 bytes, and that batch stride is not 0 (a
-    residual broadcast over the batch is gathered instead). The eager API applies it to tensors;
+    GEMM, its batch stride are whole non-zero multiples of 16 bytes (TMA takes no zero stride: a
+    residual broadcast over rows or over the batch is gathered instead). The eager API applies it to tensors;
     the Inductor check to symbolic layouts, with its own ``multiple_of`` and ``is_zero``."""
     elems = 16 // elem_bytes
-    if not (multiple_of(offset, elems) and multiple_of(row_stride, elems)):
+    if not (multiple_of(offset, elems) and multiple_of(row_stride, elems)) or is_zero(row_stride):
         return False
     return not batched or (not is_zero(batch_stride) and multiple_of(batch_stride, elems))
 

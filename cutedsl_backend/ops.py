@@ -18,12 +18,17 @@ import torch
 
 from .configs import GemmConfig
 from .problem import (
+    VECTOR_ALIGN_BYTES,
     GemmProblem,
     UnsupportedGemmError,
     arch_for_capability,
+    byte_span,
     check_problem,
     check_strides,
     dtype_name,
+    has_zero_stride,
+    overlaps_itself,
+    ranges_overlap,
 )
 
 log = logging.getLogger("cutedsl_backend.ops")
@@ -111,6 +116,8 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = Fa
         a3 = a3.expand(batch, -1, -1).contiguous()
     if b3.shape[0] != batch:
         b3 = b3.expand(batch, -1, -1).contiguous()
+    a3 = _readable_by_tma("a", a3)
+    b3 = _readable_by_tma("b", b3)
     m, k = a3.shape[1], a3.shape[2]
     n = b3.shape[2]
     d = dtype_name(a.dtype)
@@ -134,6 +141,17 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = Fa
     if config is not None and not isinstance(config, GemmConfig):
         raise UnsupportedGemmError(f"config: expected a GemmConfig, got {type(config).__name__}")
     return problem, a3, b3
+
+
+def _readable_by_tma(what: str, t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a packed copy of it (logged) where a zero stride or overlapping elements make it
+    something TMA cannot describe (see problem.py's memory rules): the result stays exact."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if has_zero_stride(shape, strides) or overlaps_itself(shape, strides):
+        log.info("%s: strides %s alias elements (a zero stride or overlapping rows): computing on a packed "
+                 "copy", what, strides)
+        return t.contiguous()
+    return t
 
 
 def _rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
@@ -263,6 +281,10 @@ class _Plan:
         self.result_shape = result_shape
         self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
         self.b_geo = (tuple(b3.shape), tuple(b3.stride()))
+        # byte spans of the inputs (fixed by the geometry): an ``out`` given per call is checked
+        # against them (problem.py's memory rules)
+        self.in_spans = tuple(None if r is None else r[1] for r in _memory_ranges(a3, b3, *epi.tensors()))
+        self.out_span = byte_span(out3.shape, out3.stride(), out3.element_size())
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
         units = (1 if problem.a_major == "k" else 0, 1 if problem.b_major == "k" else 0, 1)
@@ -277,21 +299,30 @@ class _Plan:
         self.pack = kernel.arg_pack(descs, _max_clusters(index, cfg.cluster_m * cfg.cluster_n))
 
     def run(self, a, b, out, epi_ops, alpha, beta):
-        if out is None:
+        fresh = out is None
+        if fresh:
             out = torch.empty(self.result_shape, dtype=self.out_dtype, device=self.device)
         pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
         if (pa | pb | pc) % 16:
             raise UnsupportedGemmError("alignment: data pointers of a, b and out must be 16-byte aligned")
-        ptrs = (pa, pb, pc) + tuple(t.data_ptr() for t in epi_ops if t is not None)
+        ins = (pa, pb) + tuple(None if t is None else t.data_ptr() for t in epi_ops)
+        if epi_ops[0] is not None or epi_ops[1] is not None or epi_ops[2] is not None:
+            _check_vector_alignment(epi_ops)
+        if not fresh:
+            ranges = (None if p is None else (p, n) for p, n in zip(ins, self.in_spans))
+            _check_no_alias((pc, self.out_span), zip(("a", "b", "bias", "scale_a", "scale_b", "residual"), ranges))
+        ptrs = (pa, pb, pc) + tuple(p for p in ins[2:] if p is not None)
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self.kernel.launch(self.pack, ptrs, float(alpha), float(beta), stream,
                            lambda: self._views(a, b, out, epi_ops))
         return out
 
     def _views(self, a, b, out, epi_ops):  # only for the one-time check of the direct launch path
-        a3 = a.as_strided(*self.a_geo)
-        b3 = b.as_strided(*self.b_geo)
-        return _views(self.problem, a3, b3.transpose(1, 2), out.view(self.shape3)) + tuple(epi_ops)
+        # detached: the DSL exports them through DLPack, which refuses tensors that require grad
+        a3 = a.detach().as_strided(*self.a_geo)
+        b3 = b.detach().as_strided(*self.b_geo)
+        return _views(self.problem, a3, b3.transpose(1, 2), out.detach().view(self.shape3)) + tuple(
+            None if t is None else t.detach() for t in epi_ops)
 
 
 # per thread: a plan's argument structs are filled in place at each call
@@ -317,7 +348,7 @@ def _make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> Optional[_P
     epi = _Epilogue(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
-    out3 = _check_out(out, shape3, out_t, a.device) if out is not None else None
+    out3 = _check_out(out, _result_shape(a, b, problem), shape3, out_t, a.device) if out is not None else None
     if not (problem.m and problem.n and problem.k):
         return None
     if a3.data_ptr() != a.data_ptr() or b3.data_ptr() != b.data_ptr():
@@ -338,7 +369,10 @@ def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False
     out_t = getattr(torch, problem.out_dtype)
     shape3 = (problem.batch, problem.m, problem.n)
     out3 = torch.empty(shape3, dtype=out_t, device=a.device) if out is None else _check_out(
-        out, shape3, out_t, a.device)
+        out, _result_shape(a, b, problem), shape3, out_t, a.device)
+    if out is not None:
+        _check_no_alias(_memory_ranges(out)[0], zip(("a", "b", "bias", "scale_a", "scale_b", "residual"),
+                                                     _memory_ranges(a, b, *epi.tensors())))
     if problem.m and problem.n:
         if problem.k == 0:
             # A @ B is exactly zero: the epilogue of zeros, in fp32, rounded once
@@ -426,11 +460,22 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
       torch.nn.functional. ``alpha``, ``beta``: Python floats.
     - device: CUDA tensors on an sm90 (Hopper) GPU.
-    - ``out``: optional result tensor of the result's shape and dtype, unit stride along N and
-      16-byte aligned other strides (it may be a strided view).
+    - ``out``: optional result tensor of exactly the result's shape and dtype, unit stride along N
+      and 16-byte aligned other strides (it may be a strided view); it must not overlap itself or
+      share memory with any input (refused, as in torch).
+    - an input with a zero stride (``expand``) or overlapping elements is computed on a packed copy
+      (logged at INFO on ``cutedsl_backend.ops``); bias and scale data pointers 4-byte aligned.
+    - autograd: where an input requires grad (and grad mode is on) the result is differentiable;
+      the backward's GEMMs run on these kernels too (``cutedsl_backend.autograd``); no ``out`` then.
 
     Raises :class:`UnsupportedGemmError` (a ValueError) naming the rule an input breaks.
     """
+    from .autograd import GemmFunction, needs_autograd
+
+    if needs_autograd(a, b, bias, residual):
+        if out is not None:
+            raise UnsupportedGemmError("out: not supported where an input requires grad (as in torch)")
+        return GemmFunction.apply(a, b, bias, residual, activation, alpha, beta, out_dtype, config)
     return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=None, scale_b=None,
                 alpha=alpha, beta=beta, out_dtype=out_dtype, config=config, out=out)
 
@@ -457,25 +502,40 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     """
     if not isinstance(scale_a, torch.Tensor) or not isinstance(scale_b, torch.Tensor):
         raise UnsupportedGemmError("scale_a and scale_b must be float32 tensors")
+    from .autograd import needs_autograd
+
+    if needs_autograd(a, b, scale_a, scale_b, bias, residual):
+        raise UnsupportedGemmError(
+            "autograd: scaled_mm has no gradient (as torch._scaled_mm); call it under torch.no_grad() or on "
+            "tensors that do not require grad")
     return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=scale_a,
                 scale_b=scale_b, alpha=1.0, beta=beta, out_dtype=out_dtype, config=config, out=out,
                 fp8="fast" if use_fast_accum else "precise")
 
 
-def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+def _check_out(out: torch.Tensor, result_shape: tuple, shape3: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """``out`` checked against the result (torch's rules: its exact shape and dtype, no element
+    written twice); returns its (L, M, N) view."""
+    if not isinstance(out, torch.Tensor):
+        raise UnsupportedGemmError(f"out: expected a torch.Tensor, got {type(out).__name__}")
     if out.dtype != dtype:
         raise UnsupportedGemmError(f"out: dtype must be {dtype}, got {out.dtype}")
     if out.device != device:
         raise UnsupportedGemmError(f"out: must be on {device}, got {out.device}")
-    numel = shape3[0] * shape3[1] * shape3[2]
-    if out.numel() != numel or out.shape[-1] != shape3[2]:
-        raise UnsupportedGemmError(f"out: shape {tuple(out.shape)} does not hold the result {shape3}")
-    if out.dim() == 2:
-        out3 = out.unsqueeze(0)
-    elif out.dim() == 3 and tuple(out.shape) == shape3:
-        out3 = out
-    else:
+    if tuple(out.shape) != tuple(result_shape):
+        raise UnsupportedGemmError(f"out: shape must be the result's {tuple(result_shape)}, got {tuple(out.shape)}")
+    if out.requires_grad and torch.is_grad_enabled():
+        raise UnsupportedGemmError("out: a tensor that requires grad cannot be written in place (as in torch)")
+    if has_zero_stride(out.shape, out.stride()) or overlaps_itself(out.shape, out.stride()):
+        raise UnsupportedGemmError(
+            f"out: its elements overlap (strides {tuple(out.stride())}): every output element must have "
+            "its own memory")
+    try:
         out3 = out.view(shape3)
+    except RuntimeError:
+        raise UnsupportedGemmError(
+            f"out: strides {tuple(out.stride())} cannot be viewed as the kernel's (L, M, N) = {shape3} result"
+        ) from None
     strides = tuple(out3.stride())
     if shape3[0] == 1:
         strides = (0,) + strides[1:]
@@ -483,6 +543,28 @@ def _check_out(out: torch.Tensor, shape3: tuple, dtype: torch.dtype, device) -> 
     if out3.data_ptr() % 16:
         raise UnsupportedGemmError("alignment: out's data pointer must be 16-byte aligned")
     return out3
+
+
+def _memory_ranges(*tensors) -> tuple:
+    """(data pointer, byte span) of each tensor (None stays None)."""
+    return tuple(None if t is None else (t.data_ptr(), byte_span(t.shape, t.stride(), t.element_size()))
+                 for t in tensors)
+
+
+def _check_no_alias(out_range: tuple, named_ranges) -> None:
+    """Refuse an ``out`` sharing memory with an input (the kernel could read what it already wrote)."""
+    for what, r in named_ranges:
+        if r is not None and ranges_overlap(out_range[0], out_range[1], r[0], r[1]):
+            raise UnsupportedGemmError(
+                f"out: shares memory with {what}; the output must not overlap any input (as in torch)")
+
+
+def _check_vector_alignment(epi_ops) -> None:
+    for what, t in zip(("bias", "scale_a", "scale_b"), epi_ops[:3]):
+        if t is not None and t.data_ptr() % VECTOR_ALIGN_BYTES:
+            raise UnsupportedGemmError(
+                f"alignment: {what}'s data pointer must be {VECTOR_ALIGN_BYTES}-byte aligned (it is read as "
+                "4-byte words)")
 
 
 # ---------------------------------------------------------------------------- custom op
@@ -496,8 +578,9 @@ _OUT_DTYPES = {None: None, "float32": torch.float32, "float16": torch.float16, "
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
              residual: Optional[torch.Tensor] = None, activation: Optional[str] = None,
              alpha: float = 1.0, beta: float = 1.0, out_dtype: Optional[str] = None) -> torch.Tensor:
-    return gemm(a, b, bias=bias, residual=residual, activation=activation, alpha=alpha, beta=beta,
-                out_dtype=_OUT_DTYPES[out_dtype])
+    # _run, not gemm: the op's autograd is registered below (gemm would wrap it a second time)
+    return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=None, scale_b=None,
+                alpha=alpha, beta=beta, out_dtype=_OUT_DTYPES[out_dtype], config=None, out=None)
 
 
 def _gemm_fake(a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
@@ -508,10 +591,7 @@ def _gemm_fake(a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=
     return a.new_empty((*batch, a.shape[-2], b.shape[-1]), dtype=dt)
 
 
-def _no_backward(ctx, grad):
-    raise RuntimeError("cutedsl::gemm has no backward (the kernels are for inference and for graphs "
-                       "after autograd): compute gradients with torch.matmul")
-
+from . import autograd as _autograd  # noqa: E402  (imports torch only)
 
 _LIB = torch.library.Library("cutedsl", "FRAGMENT")
 _LIB.define("gemm" + torch.library.infer_schema(_gemm_op, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
@@ -520,7 +600,7 @@ _LIB.define("gemm" + torch.library.infer_schema(_gemm_op, mutates_args=()), tags
 _LIB.impl("gemm", _gemm_op, "CUDA")
 _LIB.impl("gemm", _gemm_op, "CPU")
 torch.library.register_fake("cutedsl::gemm", _gemm_fake, lib=_LIB)
-# a backward through the op fails loudly (without this, autograd's fallback would only warn and
-# leave the inputs' gradients empty)
-torch.library.register_autograd("cutedsl::gemm", _no_backward, lib=_LIB)
+# its backward runs on the op itself (autograd.py), so traced training graphs keep our kernels
+torch.library.register_autograd("cutedsl::gemm", _autograd.op_backward, setup_context=_autograd.setup_context,
+                                lib=_LIB)
 gemm_op = torch.ops.cutedsl.gemm.default

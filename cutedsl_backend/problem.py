@@ -203,3 +203,48 @@ def check_strides(what: str, strides: tuple, dtype: str, contiguous_dim: int) ->
                 f"alignment: {what} stride {s} (dim {i}) must be a multiple of {align} elements "
                 f"(16 bytes) for TMA"
             )
+
+
+# ---------------------------------------------------------------------------- memory rules
+# The kernels read operands through TMA and write the output through TMA stores, tile by tile, in
+# an order no caller controls. So (one statement of the rules, for the eager API and Inductor):
+# - an input with a zero stride on a dimension of extent > 1 (an ``expand``), or whose elements
+#   overlap each other, is not something TMA can describe: the eager API copies it (logged) and
+#   computes the right result; Inductor does not offer such a GEMM;
+# - the output must not overlap itself (every element written once) nor share memory with any
+#   input (a tile could read what another tile already wrote): refused, as torch refuses it;
+# - epilogue vectors (bias, scales) are read as 4-byte words: their data pointers must be 4-byte
+#   aligned (refused otherwise).
+VECTOR_ALIGN_BYTES = 4
+
+
+def has_zero_stride(shape, strides) -> bool:
+    """True if a dimension of extent > 1 has stride 0 (its elements alias)."""
+    return any(n > 1 and s == 0 for n, s in zip(shape, strides))
+
+
+def overlaps_itself(shape, strides) -> bool:
+    """True if two distinct indices of a strided tensor address the same element.
+
+    Sufficient test (torch's own is similar): sorted by stride, each dimension of extent > 1 must
+    step over everything the dimensions before it span. A layout that interleaves two dimensions
+    without overlap is reported as overlapping (refused or copied, never wrong)."""
+    dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1)
+    span = 1  # elements covered by the dims so far (the first needs stride >= 1)
+    for s, n in dims:
+        if s < span:
+            return True
+        span = s * (n - 1) + span
+    return False
+
+
+def byte_span(shape, strides, itemsize: int) -> int:
+    """Bytes from the first element to one past the last (0 for an empty tensor)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return (sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + 1) * itemsize
+
+
+def ranges_overlap(a_start: int, a_bytes: int, b_start: int, b_bytes: int) -> bool:
+    """True if the byte ranges [start, start + bytes) intersect (empty ranges never do)."""
+    return a_bytes > 0 and b_bytes > 0 and a_start < b_start + b_bytes and b_start < a_start + a_bytes

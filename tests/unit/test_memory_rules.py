@@ -1,0 +1,60 @@
+"""The memory rules (problem.py): zero strides, self-overlap, byte spans and range overlap, checked
+against torch's own view semantics on CPU tensors."""
+
+import pytest
+
+from cutedsl_backend.problem import byte_span, has_zero_stride, overlaps_itself, ranges_overlap
+
+torch = pytest.importorskip("torch")
+
+
+def _elements_alias(t) -> bool:
+    """Ground truth: two indices of ``t`` address one element (by enumerating offsets)."""
+    idx = torch.arange(t.numel()).reshape(t.shape)
+    offsets = torch.zeros(t.shape, dtype=torch.long)
+    for d, s in enumerate(t.stride()):
+        shape = [1] * t.dim()
+        shape[d] = t.shape[d]
+        offsets = offsets + torch.arange(t.shape[d]).reshape(shape) * s
+    del idx
+    return offsets.reshape(-1).unique().numel() != t.numel()
+
+
+CASES = {
+    "row-major": lambda: torch.empty(6, 8),
+    "column-major view": lambda: torch.empty(8, 6).t(),
+    "expanded rows (stride 0)": lambda: torch.empty(1, 8).expand(6, 8),
+    "expanded batch": lambda: torch.empty(6, 8).expand(3, 6, 8),
+    "overlapping rows": lambda: torch.empty(64).as_strided((6, 8), (4, 1)),
+    "padded rows": lambda: torch.empty(6, 16)[:, :8],
+    "batch of padded rows": lambda: torch.empty(3, 6, 16)[:, :, :8],
+    "overlapping batches": lambda: torch.empty(200).as_strided((3, 6, 8), (40, 8, 1)),
+    "size-1 dim with stride 0": lambda: torch.empty(1, 8).expand(1, 8),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_self_overlap_matches_enumeration(name):
+    t = CASES[name]()
+    aliasing = has_zero_stride(t.shape, t.stride()) or overlaps_itself(t.shape, t.stride())
+    assert aliasing == _elements_alias(t), name
+
+
+def test_interleaved_layout_is_reported_as_overlapping():
+    """A layout that interleaves two dims without overlap is reported conservatively (copied or
+    refused, never computed wrong)."""
+    t = torch.empty(64).as_strided((2, 3), (3, 2))  # offsets 0 2 4 3 5 7: interleaved, no overlap
+    assert not _elements_alias(t)
+    assert overlaps_itself(t.shape, t.stride())
+
+
+def test_byte_span_and_overlap():
+    base = torch.empty(10, 16, dtype=torch.bfloat16)
+    top, bottom = base[:5], base[5:]
+    assert byte_span(top.shape, top.stride(), 2) == 5 * 16 * 2
+    assert byte_span((0, 4), (4, 1), 2) == 0
+    span = lambda t: (t.data_ptr(), byte_span(t.shape, t.stride(), t.element_size()))  # noqa: E731
+    assert not ranges_overlap(*span(top), *span(bottom))
+    assert ranges_overlap(*span(base), *span(bottom))
+    assert ranges_overlap(*span(base[2:7]), *span(top))
+    assert not ranges_overlap(*span(base[:0]), *span(base))
