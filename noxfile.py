@@ -33,7 +33,9 @@ BACKEND = "none" if USE_SYSTEM else None
 TORCH_CPU = os.environ.get("CUTEDSL_TORCH", "torch==2.13.0")
 DSL_NEWEST = "4.8.1"
 DSL_OLDEST = "4.8.0"
-TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7", "nox", "pyyaml"]
+# matplotlib draws the report's charts (validate, render-report and the report tests)
+REPORT_DEPS = ["matplotlib>=3.7"]
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7", "nox", "pyyaml", *REPORT_DEPS]
 ARCHS = ["sm90a", "sm100a"]
 
 
@@ -123,6 +125,8 @@ def validate(session: nox.Session) -> None:
     """The validation run: compile gates everywhere, GPU gates where the GPU matches, reports.
     Posargs go to `python -m cutedsl_backend validate` (e.g. --tag standard --require-gpu)."""
     install_runtime(session)
+    if not USE_SYSTEM:
+        session.install(*REPORT_DEPS)
     session.run("python", "-m", "cutedsl_backend", "validate", *session.posargs)
 
 
@@ -137,7 +141,7 @@ def mutants(session: nox.Session) -> None:
 
 # Both ends of the supported range on the CPU: the oldest DSL with the CPU CI's torch, the newest
 # DSL with the newest torch (2.14.1: a CUDA build, importable without a GPU). The oldest torch,
-# 2.11, is the GPU machine's: its runs cover that end (docs/validation).
+# 2.11, is the GPU machine's: its runs cover that end (docs/results).
 VERSION_ENDS = [(DSL_OLDEST, TORCH_CPU), (DSL_NEWEST, "torch==2.14.1")]
 
 

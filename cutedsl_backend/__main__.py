@@ -1,4 +1,4 @@
-"""python -m cutedsl_backend {validate,bench,sweep,compile,info}"""
+"""python -m cutedsl_backend {validate,bench,sweep-shapes,render-report,sweep,compile,info,...}"""
 
 from __future__ import annotations
 
@@ -70,6 +70,12 @@ def main(argv=None) -> int:
                     help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
     bi.add_argument("--json")
+    ss = sub.add_parser("sweep-shapes", help="model projections x the whole M range vs the peer (the perf gate)")
+    ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
+    ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise")
+    ss.add_argument("--json", help="write the sweep (rows and summary) here")
+    rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
+    rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
     c.add_argument("--dtype", default="bfloat16")
@@ -175,6 +181,30 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(rows, fh, indent=1)
+        return 0
+    if args.cmd == "sweep-shapes":
+        from .validation.report import perf_markdown
+        from .validation.shape_sweep import run_sweep
+
+        def save(perf):
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(perf, f, indent=1)
+
+        perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=save)
+        save(perf)
+        print("\n".join(perf_markdown(perf)))
+        return 0
+    if args.cmd == "render-report":
+        from pathlib import Path
+
+        from .validation.report import html, markdown
+
+        path = Path(args.report)
+        report = json.loads(path.read_text())
+        (path.parent / "summary.md").write_text(markdown(report))
+        (path.parent / "report.html").write_text(html(report))
+        print(f"wrote {path.parent / 'summary.md'} and {path.parent / 'report.html'}")
         return 0
     if args.cmd == "compile":
         from .compiler import compile_gemm

@@ -220,8 +220,10 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
         )
     max_n = SM90_MAX_TILE_N if (cfg.arch == "sm90a" and cfg.schedule == "cooperative") else MAX_MMA_N
-    if cfg.tile_n % EPI_TILE_N or not (EPI_TILE_N * 2 <= cfg.tile_n <= max_n):
-        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in 64..{max_n}")
+    # sm90a takes one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
+    min_n = EPI_TILE_N if cfg.arch == "sm90a" else 2 * EPI_TILE_N
+    if cfg.tile_n % EPI_TILE_N or not (min_n <= cfg.tile_n <= max_n):
+        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in {min_n}..{max_n}")
     if cfg.arch == "sm90a":
         if cfg.two_cta:
             raise UnsupportedGemmError("two_cta is an sm100a option")

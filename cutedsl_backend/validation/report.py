@@ -92,13 +92,7 @@ def markdown(report: dict) -> str:
     for x in b.get("improvements", []):
         out.append(f"- improvement: {x}")
     if report.get("perf"):
-        p = report["perf"]
-        out += ["", "## Performance (same run, vs the peer)", "",
-                "| dtype | shape | ours TFLOP/s | peer TFLOP/s | ratio | baseline min | status |",
-                "|---|---|---|---|---|---|---|"]
-        for r in p["results"]:
-            out.append(f"| {r['dtype']} | {r['shape']} | {r['ours_tflops']:.1f} | {r['peer_tflops']:.1f} | "
-                       f"{r['ratio']:.3f} | {r['min_ratio']} | {r['status']} |")
+        out += perf_markdown(report["perf"])
     if report.get("mutants"):
         mu = report["mutants"]
         out += ["", f"## Fault injection: {sum(m['caught'] for m in mu)}/{len(mu)} mutants caught", "",
@@ -152,75 +146,79 @@ def merge_reports(out_dir, report_paths) -> int:
 
 # ----------------------------------------------------------------------------- HTML
 
-_COLORS = {"pass": "#3c9a5f", "fail": "#c0392b", "skip": "#9aa0a6"}
+_COLORS = {"pass": "#3c9a5f", "fail": "#c0392b", "skip": "#9aa0a6", "compile-only": "#d4a017"}
 
 
 def _esc(x) -> str:
     return escape(str(x))
 
 
-def _bar_chart(title: str, groups: list, series: list, unit: str) -> str:
-    """Grouped bars as inline SVG: groups = [(label, [value per series])]."""
-    if not groups:
-        return f"<p><em>{_esc(title)}: nothing measured in this run.</em></p>"
-    w_bar, gap, h = 18, 14, 220
-    vmax = max((v for _, vals in groups for v in vals if v is not None), default=1.0) or 1.0
-    width = 60 + len(groups) * (len(series) * w_bar + gap)
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
-    parts = [f'<svg width="{width}" height="{h + 90}" role="img" aria-label="{_esc(title)}">',
-             f'<text x="4" y="14" font-size="13" font-weight="bold">{_esc(title)} ({_esc(unit)})</text>']
-    x = 50
-    for label, vals in groups:
-        for i, v in enumerate(vals):
-            if v is None:
-                continue
-            bh = h * v / vmax
-            parts.append(f'<rect x="{x + i * w_bar}" y="{24 + h - bh:.1f}" width="{w_bar - 2}" height="{bh:.1f}" '
-                         f'fill="{palette[i % 4]}"><title>{_esc(series[i])}: {v:.1f} {_esc(unit)}</title></rect>')
-        parts.append(f'<text x="{x}" y="{h + 40}" font-size="10" transform="rotate(30 {x},{h + 40})">'
-                     f'{_esc(label)}</text>')
-        x += len(series) * w_bar + gap
-    for i, s in enumerate(series):
-        parts.append(f'<rect x="{50 + i * 150}" y="{h + 75}" width="10" height="10" fill="{palette[i % 4]}"/>'
-                     f'<text x="{64 + i * 150}" y="{h + 84}" font-size="11">{_esc(s)}</text>')
-    parts.append(f'<text x="4" y="34" font-size="10">{vmax:.0f}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def perf_markdown(perf: dict) -> list:
+    """The sweep in Markdown: per dtype its summary, then ratio tables (projection x M)."""
+    out = ["", f"## Performance sweep (tag `{perf.get('tag')}`; {perf.get('timing', '')})", "",
+           f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result.", "",
+           "| dtype | cells | geomean | M <= 64 | 65-1023 | >= 1024 | worst | below gate | wrong |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for dtype, v in (perf.get("summary") or {}).items():
+        out.append(f"| {dtype} | {v['cells']} | {fmt(v['geomean'])} | {fmt(v['geomean_m_le_64'])} | "
+                   f"{fmt(v['geomean_m_65_1023'])} | {fmt(v['geomean_m_ge_1024'])} | {v['worst']['ratio']:.3f} "
+                   f"({v['worst']['cell']}) | {v['below_gate']} | {v['wrong']} |")
+    rows = [r for r in perf.get("results", []) if "ratio" in r]
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        sel = [r for r in rows if r["dtype"] == dtype]
+        ms = sorted({r["m"] for r in sel})
+        out += ["", f"### {dtype}: peer time / our time", "",
+                "| projection (N x K) | " + " | ".join(f"M={m}" for m in ms) + " |",
+                "|---|" + "---|" * len(ms)]
+        for label in dict.fromkeys(f"{r['model']} {r['projection']} ({r['n']}x{r['k']})" for r in sel):
+            by_m = {r["m"]: r for r in sel if f"{r['model']} {r['projection']} ({r['n']}x{r['k']})" == label}
+            cells = []
+            for m in ms:
+                r = by_m.get(m)
+                cells.append("" if r is None else f"{r['ratio']:.2f}" + ("" if r["status"] == "pass" else " **F**"))
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
 
 
-def _histogram(title: str, values: list, unit: str, bins: int = 12) -> str:
-    if not values:
-        return f"<p><em>{_esc(title)}: nothing measured in this run.</em></p>"
-    lo, hi = min(values), max(values)
-    step = (hi - lo) / bins or 1.0
-    counts = [0] * bins
-    for v in values:
-        counts[min(bins - 1, int((v - lo) / step))] += 1
-    groups = [(f"{lo + i * step:.1f}-{lo + (i + 1) * step:.1f}", [c]) for i, c in enumerate(counts)]
-    return _bar_chart(title, groups, ["cells"], unit)
+def _state(statuses: Counter, gpu_ran: bool) -> str:
+    """What a matrix cell shows: failed anywhere, passed with its GPU half run, or compile-only."""
+    if statuses["fail"]:
+        return "fail"
+    if not statuses["pass"]:
+        return "skip"
+    return "pass" if gpu_ran else "compile-only"
 
 
 def html(report: dict) -> str:
-    """A self-contained page: summary, pass/skip/fail heatmap, compile times, performance."""
+    """A self-contained page: summary, the matrix by what actually ran, skips, failures, compile
+    times, the perf sweep (heatmaps and bandwidth per dtype), fault injection."""
+    from . import charts
+
     s = report["summary"]
     res = report["results"]
     c = Counter(r["status"] for r in res)
-    # heatmap: rows arch/dtype->out, columns epilogue; a cell shows its worst status over gates
-    rank = {"fail": 2, "pass": 1, "skip": 0}
+    # matrix: rows arch dtype->out, columns epilogue; compile and GPU gates of a cell together
     grid: dict = defaultdict(lambda: defaultdict(Counter))
+    gpu_ran: dict = defaultdict(bool)
     cols = []
     for r in res:
         cell = r.get("cell", {})
-        if "dtype" not in cell:
+        if "dtype" not in cell or r["gate"] not in ("compile", "gpu"):
             continue
-        # perf cells name no output dtype or epilogue: their own column, by gate
         row = f"{cell['arch']} {cell['dtype']}->{cell.get('out_dtype', cell['dtype'])}"
-        col = cell.get("epilogue", "none") if r["gate"] in ("compile", "gpu") else r["gate"]
+        col = cell.get("epilogue", "none")
         if col not in cols:
             cols.append(col)
         grid[row][col][r["status"]] += 1
-    heat = ["<table class='heat'><tr><th>arch dtype->out</th>" + "".join(f"<th>{_esc(x)}</th>" for x in cols)
-            + "</tr>"]
+        if r["gate"] == "gpu" and r["status"] != "skip":
+            gpu_ran[(row, col)] = True
+    legend = ("<p>Colours: <span style='background:#3c9a5f;color:white'>&nbsp;passed on the GPU&nbsp;</span> "
+              "<span style='background:#d4a017;color:white'>&nbsp;compile gates passed, GPU not run&nbsp;</span> "
+              "<span style='background:#c0392b;color:white'>&nbsp;failed&nbsp;</span> "
+              "<span style='background:#9aa0a6;color:white'>&nbsp;not run&nbsp;</span></p>")
+    heat = [legend, "<table class='heat'><tr><th>arch dtype->out</th>"
+            + "".join(f"<th>{_esc(x)}</th>" for x in cols) + "</tr>"]
     for row in sorted(grid):
         heat.append(f"<tr><th>{_esc(row)}</th>")
         for col in cols:
@@ -228,9 +226,9 @@ def html(report: dict) -> str:
             if not cnt:
                 heat.append("<td></td>")
                 continue
-            worst = max(cnt, key=lambda k: rank[k])
+            state = _state(cnt, gpu_ran[(row, col)])
             label = " ".join(f"{k}:{v}" for k, v in sorted(cnt.items()))
-            heat.append(f"<td style='background:{_COLORS[worst]};color:white' title='{_esc(label)}'>"
+            heat.append(f"<td style='background:{_COLORS[state]};color:white' title='{_esc(label)}'>"
                         f"{_esc(label)}</td>")
         heat.append("</tr>")
     heat.append("</table>")
@@ -239,8 +237,14 @@ def html(report: dict) -> str:
             heat.append(f"<p>{_esc(r['id'])} ({_esc(r['gate'])}): skipped: {_esc(r['reason'])}</p>")
     compile_secs = [r["compile_seconds"] for r in res if r.get("gate") == "compile" and r.get("compile_seconds")]
     perf = report.get("perf") or {}
-    perf_groups = [(f"{p['dtype']} {p['shape']}", [p["ours_tflops"], p["peer_tflops"]])
-                   for p in perf.get("results", [])]
+    perf_html = ["<p><em>No performance sweep in this run (it needs an sm90 GPU and the standard or full tag)."
+                 "</em></p>"] if not perf.get("results") else []
+    rows = perf.get("results", [])
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        perf_html.append(f"<h3>{_esc(dtype)}</h3>")
+        perf_html.append(charts.ratio_heatmap(rows, dtype, perf.get("gate_min_ratio", 0.9)))
+        perf_html.append(charts.bandwidth_plot(rows, dtype, perf.get("hbm_tbps")))
+    summary_md = "\n".join(perf_markdown(perf)[4:4 + 2 + len(perf.get("summary") or {})]) if perf else ""
     skips = "".join(f"<tr><td>{_esc(k)}</td><td>{v}</td></tr>" for k, v in s["skips_by_reason"].items())
     fails = "".join(f"<li><code>{_esc(r['id'])}</code> ({_esc(r['gate'])}): {_esc(r.get('reason', ''))}</li>"
                     for r in res if r["status"] == "fail") or "<li>none</li>"
@@ -249,20 +253,20 @@ def html(report: dict) -> str:
     env = report.get("environment", {})
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>cutedsl-backend validation {_esc(s['run_id'])}</title>
-<style>body{{font-family:sans-serif;margin:24px;max-width:1200px}} table{{border-collapse:collapse}}
+<style>body{{font-family:sans-serif;margin:24px;max-width:1400px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ddd;padding:4px 8px;font-size:12px}} .heat td{{text-align:center}}
-.ok{{color:{_COLORS['pass']}}} .bad{{color:{_COLORS['fail']}}}</style></head><body>
+.ok{{color:{_COLORS['pass']}}} .bad{{color:{_COLORS['fail']}}} img{{max-width:100%}}</style></head><body>
 <h1>cutedsl-backend validation: {_esc(s['run_id'])}</h1>
 <p class="{'ok' if s['ok'] else 'bad'}"><b>{'PASS' if s['ok'] else 'FAIL'}</b>: {c['pass']} passed, {c['fail']} failed,
 {c['skip']} skipped ({s['seconds']} s, tag <code>{_esc(s['tag'])}</code>)</p>
 <p>Machine: {_esc(env.get('gpu', 'no GPU'))}; torch {_esc(env.get('torch'))};
 nvidia-cutlass-dsl {_esc(env.get('nvidia_cutlass_dsl'))}</p>
-<h2>Pass / skip / fail by architecture, dtype and epilogue</h2>{''.join(heat)}
+<h2>Matrix by architecture, dtype and epilogue</h2>{''.join(heat)}
 <h2>Skips by reason</h2><table><tr><th>reason</th><th>cells</th></tr>{skips}</table>
 <h2>Failures</h2><ul>{fails}</ul>
-<h2>Compile times</h2>{_histogram("compile seconds per cell", compile_secs, "cells per bin")}
-<h2>Performance (same run, vs the peer)</h2>
-{_bar_chart("TFLOP/s per shape", perf_groups, ["cutedsl-backend", perf.get("peer", "peer")], "TFLOP/s")}
+<h2>Compile times</h2>{charts.histogram(compile_secs, "compile time per cell", "seconds")}
+<h2>Performance sweep (same run, vs the peer)</h2><pre>{_esc(summary_md)}</pre>
+{''.join(perf_html)}
 <h2>Fault injection</h2><table><tr><th>mutant</th><th>kind</th><th>caught</th><th>by</th></tr>{mutants}</table>
 </body></html>
 """

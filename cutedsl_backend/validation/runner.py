@@ -228,7 +228,7 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
             _progress(i, len(gpu_cells), t0, "gpu")
 
     perf = None
-    if have == "sm90a" and tag in ("standard", "full"):
+    if have == "sm90a":
         from .perf import perf_gate
 
         perf = perf_gate(tag)

@@ -64,8 +64,9 @@ def test_reports_are_written_and_count_skips(tmp_path):
     assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("skipped") == "1"
     assert json.loads(paths["json"].read_text())["summary"]["run_id"] == "t"
     page = paths["html"].read_text()
-    assert page.startswith("<!doctype html>") and "<svg" in page and "not run: needs sm90 GPU" in page
-    assert "<th>perf</th>" in page
+    assert page.startswith("<!doctype html>") and "not run: needs sm90 GPU" in page
+    # the compile-time histogram: a matplotlib chart, or the line saying how to draw it
+    assert "data:image/png;base64," in page or "matplotlib is not installed" in page
     assert "http" not in page.replace("http-equiv", "")  # self-contained: nothing fetched
 
 

@@ -1,0 +1,211 @@
+"""The perf sweep: model projections x the whole token range, ours against the peer, on the GPU.
+
+Each cell (dtype, projection, M) is first checked for correctness (fresh random inputs from a seed
+derived from the cell, output poisoned with NaN, the tolerance policy against a float64
+reference), then timed: ours and the peer (``torch.matmul`` = cuBLAS for 16-bit, ``torch._scaled_mm``
+for fp8) alternate in three rounds, each side replayed from a CUDA graph (device time, no host
+cost), the ratio is the median of the per-round ratios. A cell passes when its output is correct
+and its ratio is at least ``MIN_CELL_RATIO``; the sweep passes when every cell does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import time
+from typing import Callable, Optional
+
+from .model_shapes import SWEEP_DTYPES, operand_bytes, sweep_cells
+
+# the gate: a cell below this ratio to the peer fails (same-run, CUDA-graph device time)
+MIN_CELL_RATIO = 0.90
+ROUNDS = 3
+HBM_TBPS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
+
+
+def cell_seed(dtype: str, n: int, k: int, m: int) -> int:
+    """A replayable seed from the cell's identity (never ``hash()``: it changes per process)."""
+    return int.from_bytes(hashlib.sha256(f"{dtype}/{m}x{n}x{k}".encode()).digest()[:4], "little")
+
+
+def cell_id(dtype: str, m: int, n: int, k: int) -> str:
+    return f"sm90a/sweep/{dtype}/{m}x{n}x{k}"
+
+
+def _graph_ms(fn, target_ms: float = 1.0, reps: int = 0) -> Callable[[], float]:
+    """A timer for ``fn``: a CUDA graph of enough back-to-back calls to take ~``target_ms``, whose
+    replays are timed with CUDA events; the returned function gives the median ms per call."""
+    import torch
+
+    from .bench import graph_of
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end), 1e-3)
+    calls = max(1, min(50, round(target_ms / one)))
+    graph = graph_of(fn, calls)
+    n_reps = reps or max(5, min(15, round(10.0 / (one * calls))))
+
+    def timed() -> float:
+        graph.replay()  # warm
+        times = []
+        for _ in range(n_reps):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+        return statistics.median(times)
+
+    return timed
+
+
+def alternate(ours: Callable[[], float], peer: Callable[[], float], rounds: int = ROUNDS) -> dict:
+    """Ours and the peer timed in alternation; per-round times, medians and the median ratio."""
+    t_ours, t_peer = [], []
+    for _ in range(rounds):
+        t_ours.append(ours())
+        t_peer.append(peer())
+    ratios = [p / o for p, o in zip(t_peer, t_ours)]
+    return {"ours_ms": statistics.median(t_ours), "peer_ms": statistics.median(t_peer),
+            "ratio": statistics.median(ratios), "ratio_spread": [min(ratios), max(ratios)],
+            "rounds_ours_ms": t_ours, "rounds_peer_ms": t_peer}
+
+
+def _operands(dtype: str, m: int, n: int, k: int, seed: int):
+    """(ours, peer, reference, out, out_dtype) for one cell: nn.Linear-style B = W^T (K-major)."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if not dtype.startswith("fp8"):
+        dt = getattr(torch, dtype)
+        a = torch.randn(m, k, device="cuda", generator=g).to(dt)
+        b = torch.randn(n, k, device="cuda", generator=g).to(dt).t()
+        out = torch.empty(m, n, device="cuda", dtype=dt)
+        peer_out = torch.empty_like(out)
+        ref = a.double() @ b.double()
+        return (lambda: cb.gemm(a, b, out=out), lambda: torch.matmul(a, b, out=peer_out), ref, out, dtype)
+    f8 = torch.float8_e4m3fn
+    a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(f8)
+    b = (torch.randn(n, k, device="cuda", generator=g) * 2).to(f8).t()
+    if dtype == "fp8_tensorwise":
+        sa = torch.rand((), device="cuda", generator=g) + 0.5
+        sb = torch.rand((), device="cuda", generator=g) + 0.5
+    else:
+        sa = torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, n, device="cuda", generator=g) / 16 + 0.01
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    ref = (a.double() @ b.double()) * sa.double() * sb.double()
+    return (lambda: cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, out=out),
+            lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), ref, out, "bfloat16")
+
+
+def run_cell(dtype: str, proj, m: int) -> dict:
+    """One cell: correctness first, then the alternated timing; a result row of the report."""
+    import torch
+
+    from .tolerances import compare, compare_fp8
+
+    n, k = proj.n, proj.k
+    row = {"id": cell_id(dtype, m, n, k), "gate": "perf", "cell": {"arch": "sm90a", "dtype": dtype},
+           "dtype": dtype, "model": proj.model, "projection": proj.name, "m": m, "n": n, "k": k,
+           "shape": f"{m}x{n}x{k}", "seed": cell_seed(dtype, n, k, m)}
+    try:
+        ours, peer, ref, out, out_dtype = _operands(dtype, m, n, k, row["seed"])
+        out.fill_(float("nan"))
+        ours()
+        torch.cuda.synchronize()
+        check = compare_fp8(out, ref, out_dtype, k) if dtype.startswith("fp8") else compare(out, ref, out_dtype, k)
+        del ref
+        row["correct"] = bool(check["ok"])
+        row["rel_l2"] = check["rel_l2"]
+        timing = alternate(_graph_ms(ours), _graph_ms(peer))
+    except Exception as e:  # a cell that cannot run fails with the reason, the sweep goes on
+        return {**row, "status": "fail", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+    moved = operand_bytes(m, n, k, dtype)
+    row.update(timing)
+    row["ours_tflops"] = 2 * m * n * k / (timing["ours_ms"] * 1e9)
+    row["peer_tflops"] = 2 * m * n * k / (timing["peer_ms"] * 1e9)
+    row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
+    row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
+    row["config"] = _config_name(dtype, m, n, k)
+    if not row["correct"]:
+        row.update(status="fail", reason=f"wrong result: {check}")
+    elif timing["ratio"] < MIN_CELL_RATIO:
+        row.update(status="fail", reason=f"ratio {timing['ratio']:.3f} < {MIN_CELL_RATIO}")
+    else:
+        row.update(status="pass", reason="")
+    return row
+
+
+def _config_name(dtype: str, m: int, n: int, k: int) -> str:
+    from ..configs import default_config
+    from ..problem import make_problem
+
+    if dtype.startswith("fp8"):
+        p = make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
+    else:
+        p = make_problem(m, n, k, dtype=dtype, b_major="k")
+    return default_config(p).name
+
+
+def summarize(rows: list) -> dict:
+    """Per dtype: cells run, geomean ratio (all, and M <= 64 / 65..1023 / >= 1024), worst cell,
+    cells below the gate; the sweep's verdict."""
+    out = {}
+    for dtype in sorted({r["dtype"] for r in rows}):
+        ran = [r for r in rows if r["dtype"] == dtype and "ratio" in r]
+        if not ran:
+            continue
+
+        def geo(sel):
+            return math.exp(statistics.fmean(math.log(r["ratio"]) for r in sel)) if sel else None
+
+        worst = min(ran, key=lambda r: r["ratio"])
+        out[dtype] = {
+            "cells": len(ran), "geomean": geo(ran),
+            "geomean_m_le_64": geo([r for r in ran if r["m"] <= 64]),
+            "geomean_m_65_1023": geo([r for r in ran if 64 < r["m"] < 1024]),
+            "geomean_m_ge_1024": geo([r for r in ran if r["m"] >= 1024]),
+            "worst": {"ratio": worst["ratio"], "cell": f"{worst['model']} {worst['projection']} M={worst['m']}"},
+            "below_gate": sum(r["ratio"] < MIN_CELL_RATIO for r in ran),
+            "wrong": sum(not r.get("correct", True) for r in ran),
+        }
+    return out
+
+
+def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = print,
+              checkpoint: Optional[Callable[[dict], None]] = None) -> dict:
+    """Every cell of ``tag`` on this GPU; the perf section of the validation report.
+    ``checkpoint`` receives the sweep so far every 25 cells (a long run keeps what it measured)."""
+    import torch
+
+    cells = sweep_cells(tag, tuple(dtypes or SWEEP_DTYPES))
+    name = torch.cuda.get_device_name()
+
+    def sweep(rows):
+        return {"results": rows, "summary": summarize(rows), "tag": tag, "gate_min_ratio": MIN_CELL_RATIO,
+                "peer": {"16-bit": "torch.matmul (cuBLAS)", "fp8": "torch._scaled_mm"},
+                "timing": f"CUDA-graph replay, ours and the peer alternated in {ROUNDS} rounds, median of the "
+                          "per-round ratios", "hbm_tbps": HBM_TBPS.get(name), "device": name,
+                "cells_planned": len(cells)}
+
+    t0 = time.time()
+    rows: list = []
+    for i, (dtype, proj, m) in enumerate(cells, 1):
+        rows.append(run_cell(dtype, proj, m))
+        torch.cuda.empty_cache()
+        if i % 25 == 0 or i == len(cells):
+            if log:
+                log(f"sweep: {i}/{len(cells)} cells, {time.time() - t0:.0f}s")
+            if checkpoint:
+                checkpoint(sweep(rows))
+    return sweep(rows)
