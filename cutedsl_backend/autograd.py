@@ -39,7 +39,9 @@ def gemm_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: Op
     op = torch.ops.cutedsl.gemm.default
     grad = grad.to(torch.promote_types(grad.dtype, torch.float32))
     if activation is not None:
-        z = op(a, b, bias, residual, None, alpha, beta, "float32").detach().requires_grad_(True)
+        # fp32 output: the epilogue operands then have to be fp32 too (the kernel's dtype rule)
+        z = op(a, b, None if bias is None else bias.float(), None if residual is None else residual.float(),
+               None, alpha, beta, "float32").detach().requires_grad_(True)
         with torch.enable_grad():
             y = torch_activation(activation)(z)
         (grad,) = torch.autograd.grad(y, z, grad)
