@@ -894,7 +894,7 @@ def warm_runtime_async() -> Optional[Future]:
     compile submitted, or a kernel found on disk), so the import overlaps the wait for the worker
     rather than competing for the GIL with Dynamo and Inductor, and a compile that needs none of
     our kernels pays nothing; $CUTEDSL_RUNTIME_WARMUP=enable starts it at inductor.enable()
-    instead (as in session 5's measured runs; kept for A/B runs)."""
+    instead (kept for A/B runs)."""
     global _RUNTIME_START
     if not background_load_enabled():
         return None
