@@ -74,6 +74,10 @@ def main(argv=None) -> int:
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
     ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise")
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
+    sd = sub.add_parser("sweep-decode", help="every few-token candidate (tile width x K slices x A rows) on each "
+                        "model projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
+    sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated, each <= 64)")
+    sd.add_argument("--json", help="write the rows here")
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
     rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
@@ -97,6 +101,14 @@ def main(argv=None) -> int:
     v.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
     args = ap.parse_args(argv)
 
+    if args.cmd == "sweep-decode":
+        from .validation.bench import sweep_decode
+
+        rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     if args.cmd == "bench":
         from .validation.bench import PREFILL_SHAPES, bench_shapes, geomean, host_overhead_us
 

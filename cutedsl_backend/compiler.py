@@ -340,11 +340,13 @@ def _cutlass_dtype(name: str):
     }[name]
 
 
-def _fake_args(problem: GemmProblem, epilogue) -> tuple:
+def _fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
     """Fake arguments of the kernel's host function: A (M,K,L), B (N,K,L), C (M,N,L) with dynamic
     extents and dynamic 16B-aligned strides; the epilogue's vectors (dynamic length, unit stride)
     and residual (M,N,L: unit stride along N, other strides any, or 16-byte aligned when the spec
-    says so) where the spec has them, else None."""
+    says so) where the spec has them, else None; with split-K the fp32 workspace and int32
+    counters (dynamic length, unit stride), else None."""
+    import cutlass
     import cutlass.cute as cute
     from cutlass import Float32
     from cutlass.cute.runtime import make_fake_tensor
@@ -380,7 +382,11 @@ def _fake_args(problem: GemmProblem, epilogue) -> tuple:
         else:
             res = make_fake_tensor(res_t, (m, n, l), (cute.sym_int64(), 1, cute.sym_int64()),
                                    assumed_align=res_t.width // 8)
-    return a, b, c, bias, sa, sb, res, Float32(1.0), Float32(0.0)
+    work = counters = None
+    if cfg.splits > 1:
+        work = make_fake_tensor(cutlass.Float32, (cute.sym_int32(),), (1,), assumed_align=16)
+        counters = make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=16)
+    return a, b, c, bias, sa, sb, res, work, counters, Float32(1.0), Float32(0.0)
 
 
 def _kernel_class(arch: str):
@@ -399,7 +405,7 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
     from cutlass.runtime import make_fake_stream
 
     kernel = _kernel_class(problem.arch)(cfg, epilogue, problem.promote_fp8)
-    fakes = _fake_args(problem, epilogue)
+    fakes = _fake_args(problem, epilogue, cfg)
     with tempfile.TemporaryDirectory() as dump:
         opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
         with _DSL_LOCK:

@@ -40,10 +40,14 @@ MAX_ACC_REGS_PER_THREAD_PROMOTED = 192
 
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
-_NAME_FORM = "<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta]"
+_NAME_FORM = "<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>][_a<rows>]"
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?")
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?")
+# split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
+# workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
+MAX_SPLITS = 16
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,15 @@ class GemmConfig:
       Clusters running together then share operand panels in L2.
     - ``arch``: the target the config was written for (``sm90a`` or ``sm100a``).
     - ``two_cta``: sm100a only, one MMA spread over a CTA pair (cta_group::2).
+    - ``splits``: split-K, the K range of every output tile cut into this many slices computed
+      by different CTAs; each slice writes its fp32 partial to a workspace, and the CTA that
+      finishes a tile's last slice sums the partials in slice order (so the result does not depend
+      on which CTA finished last: bitwise deterministic) and runs the epilogue. For problems with
+      fewer output tiles than SMs (few tokens against a narrow weight).
+    - ``a_rows``: rows of A each load brings (0: ``tile_m``). Fewer, for problems whose M is at
+      most ``a_rows``: the rows past M would otherwise be filled out of bounds, load after load
+      (TMA's out-of-bounds fill measured slow on the H200); the rows never loaded feed only
+      output rows past M, which are never stored. sm90a, K-major A.
     """
 
     tile_m: int = 128
@@ -75,6 +88,8 @@ class GemmConfig:
     group: int = 8
     arch: str = "sm90a"
     two_cta: bool = False
+    splits: int = 1
+    a_rows: int = 0
 
     @property
     def name(self) -> str:
@@ -82,7 +97,8 @@ class GemmConfig:
             f"{self.arch}_{self.schedule}_{self.tile_m}x{self.tile_n}x{self.tile_k or 'auto'}"
             f"_c{self.cluster_m}x{self.cluster_n}_s{self.stages or 'auto'}_r{self.raster}{self.group}"
         )
-        return s + ("_2cta" if self.two_cta else "")
+        return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
+            f"_a{self.a_rows}" if self.a_rows else "")
 
     def key(self) -> tuple:
         return dataclasses.astuple(self)
@@ -91,7 +107,8 @@ class GemmConfig:
     def shape(self) -> tuple:
         """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
         stages and tile_k aside; those variants measure within a few percent of each other)."""
-        return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta)
+        return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta, self.splits,
+                self.a_rows)
 
     @classmethod
     def from_name(cls, name: str) -> "GemmConfig":
@@ -104,7 +121,8 @@ class GemmConfig:
         auto = lambda v: 0 if v == "auto" else int(v)  # noqa: E731
         return cls(tile_m=int(g["tm"]), tile_n=int(g["tn"]), tile_k=auto(g["tk"]), cluster_m=int(g["cm"]),
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
-                   group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]))
+                   group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
+                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)
@@ -210,6 +228,8 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         raise UnsupportedGemmError(f"raster {cfg.raster!r}: must be one of {RASTERS}")
     if not (1 <= cfg.group <= 64):
         raise UnsupportedGemmError(f"group {cfg.group}: must be in 1..64")
+    if not (1 <= cfg.splits <= MAX_SPLITS):
+        raise UnsupportedGemmError(f"splits {cfg.splits}: must be in 1..{MAX_SPLITS}")
     if (cfg.cluster_m, cfg.cluster_n) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
         raise UnsupportedGemmError(
             f"cluster {cfg.cluster_m}x{cfg.cluster_n}: must be 1x1, 2x1, 1x2 or 2x2"
@@ -219,6 +239,24 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         raise UnsupportedGemmError(
             f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
         )
+    if cfg.a_rows:
+        if cfg.arch != "sm90a" or problem.a_major != "k":
+            raise UnsupportedGemmError("a_rows: loading fewer rows of A than the tile is for sm90a with a K-major A")
+        if cfg.a_rows % 8 or not (8 <= cfg.a_rows <= min(64, cfg.tile_m)):
+            raise UnsupportedGemmError(f"a_rows {cfg.a_rows}: must be a multiple of 8 in 8..{min(64, cfg.tile_m)}")
+        if problem.m > cfg.a_rows:
+            raise UnsupportedGemmError(
+                f"a_rows {cfg.a_rows}: the problem's M={problem.m} is larger (rows past a_rows would not be loaded)")
+    if cfg.splits > 1:
+        if cfg.arch != "sm90a":
+            raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")
+        k_tiles = math.ceil(problem.k / tile_k)
+        if split_k_workspace(problem, cfg)[1] >= 1 << 31:
+            raise UnsupportedGemmError(f"splits {cfg.splits}: the split-K workspace would exceed 2^31 elements")
+        if cfg.splits > k_tiles:
+            raise UnsupportedGemmError(
+                f"splits {cfg.splits}: more K slices than the {k_tiles} k-tiles of K={problem.k} "
+                "(a slice would be empty)")
     max_n = SM90_MAX_TILE_N if (cfg.arch == "sm90a" and cfg.schedule == "cooperative") else MAX_MMA_N
     # sm90a takes one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
     min_n = EPI_TILE_N if cfg.arch == "sm90a" else 2 * EPI_TILE_N
@@ -338,6 +376,31 @@ def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
     return math.ceil(problem.m / cfg.tile_m) * math.ceil(problem.n / cfg.tile_n) * problem.batch
 
 
+def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
+    """CTA tiles a launch of ``cfg`` covers: the tile grid rounded up to whole clusters along M
+    and N (the kernels' TileGrid; a cluster's CTAs past the edge load and store nothing but still
+    hold an SM)."""
+    rows = math.ceil(math.ceil(problem.m / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
+    cols = math.ceil(math.ceil(problem.n / cfg.tile_n) / cfg.cluster_n) * cfg.cluster_n
+    return rows * cols * problem.batch
+
+
+def split_k_workspace(problem: GemmProblem, cfg: GemmConfig) -> tuple[int, int]:
+    """(int32 counters, fp32 elements) of the split-K workspace of ``cfg`` on ``problem``: one
+    arrival counter per CTA tile (zero before a launch; the kernel leaves them zero) and one fp32
+    partial tile per K slice of every CTA tile. (0, 0) without split-K."""
+    if cfg.splits == 1:
+        return (0, 0)
+    tiles = launch_tiles(problem, cfg)
+    return (tiles, tiles * cfg.splits * cfg.tile_m * cfg.tile_n)
+
+
+def k_slices(k_tiles: int, splits: int) -> list[tuple[int, int]]:
+    """The [begin, end) k-tile range of each K slice: as even as integers allow (the kernels
+    compute slice s as [s * k_tiles // splits, (s + 1) * k_tiles // splits))."""
+    return [(s * k_tiles // splits, (s + 1) * k_tiles // splits) for s in range(splits)]
+
+
 def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
     """Estimated relative time (lower is better) of ``cfg`` on ``problem``.
 
@@ -385,7 +448,62 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     wide = wide_tile_choice(problem, num_sms, epilogue) if tuned is None else None
     if wide is not None and cands and cands[0].shape == WIDE_TILE_BASE.shape:
         cands.insert(0, wide)  # a tile outside the tuner's space, in place of the one it was measured against
+    decode = decode_choice(problem, num_sms, epilogue) if tuned is None else None
+    if decode is not None:
+        cands.insert(0, decode)  # split-K and short A loads: outside the tuner's space
     return cands[:top_k] if top_k else cands
+
+
+@dataclass(frozen=True)
+class DecodeModel:
+    """The cost model that picks few-token (decode) configs: a launch takes the longer of the
+    weights' HBM time and its busiest SM's load time (``waves`` units of ``(tile_n + 16) x K-slice``
+    operand bytes at ``sm_gbps``), plus ``split_us`` for a split-K reduction and ``wave_us`` per
+    wave. Fitted on the H200 (``python -m cutedsl_backend sweep-decode``: the models' projections x M
+    in 1..64, ping-pong 64-row tiles of width 64-256 x 1-8 K slices x A loads of 16/32/64 rows):
+    the model's picks measured 0.98 of the best candidate's speed in geomean. The per-SM rate, not
+    the HBM, bounds a launch that uses few SMs: so a 64-wide tile on 2/3 of the SMs can beat a
+    split-K launch that fills them all."""
+
+    hbm_tbps: float = 4.2
+    sm_gbps: float = 55.0
+    split_us: float = 1.5
+    wave_us: float = 1.0
+    max_m: int = 64
+    widths: tuple = (64, 96, 128, 192, 256)
+    splits: tuple = (1, 2, 3, 4, 6, 8)
+
+    def time_us(self, problem: GemmProblem, tile_n: int, splits: int, num_sms: int) -> float:
+        elem = dtype_bits(problem.dtype) / 8
+        tile_k = natural_tile_k(problem.dtype)
+        k_tiles = math.ceil(problem.k / tile_k)
+        units = math.ceil(problem.n / tile_n) * problem.batch * splits
+        waves = math.ceil(units / num_sms)
+        slice_bytes = (tile_n + 16) * math.ceil(k_tiles / splits) * tile_k * elem
+        hbm = problem.n * problem.k * problem.batch * elem / (self.hbm_tbps * 1e6)
+        loads = waves * slice_bytes / (self.sm_gbps * 1e3)
+        return max(hbm, loads) + self.split_us * (splits > 1) + self.wave_us * waves
+
+
+DECODE_MODEL = DecodeModel()
+
+
+def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
+                  model: DecodeModel = DECODE_MODEL) -> Optional[GemmConfig]:
+    """sm90a, M <= model.max_m: the ping-pong 64-row tile whose width and K slices (split-K) the
+    :class:`DecodeModel` ranks fastest, loading only the first 16 or 32 rows of a K-major A when M
+    fits in them; None elsewhere (and where nothing fits the problem and ``epilogue``)."""
+    if problem.arch != "sm90a" or problem.m > model.max_m:
+        return None
+    a_rows = 0
+    if problem.a_major == "k":
+        a_rows = 16 if problem.m <= 16 else 32 if problem.m <= 32 else 0
+    ranked = sorted((model.time_us(problem, tn, s, num_sms), tn, s) for tn in model.widths for s in model.splits)
+    for _, tn, s in ranked:
+        cfg = GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=a_rows)
+        if _fits(cfg, problem, epilogue):
+            return cfg
+    return None
 
 
 def _fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:

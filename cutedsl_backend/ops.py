@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .configs import GemmConfig
+from .configs import GemmConfig, split_k_workspace
 from .problem import (
     VECTOR_ALIGN_BYTES,
     GemmProblem,
@@ -30,6 +30,7 @@ from .problem import (
     overlaps_itself,
     ranges_overlap,
 )
+from .workspace import SplitKWorkspaces
 
 log = logging.getLogger("cutedsl_backend.ops")
 
@@ -294,8 +295,12 @@ class _Plan:
                 _rcl(out3, True, 16 // out3.element_size()))):
             descs.append((shape, tuple(s for i, s in enumerate(strides) if i != unit)))
         descs += epi.descs()
-        index = device.index if device.index is not None else torch.cuda.current_device()
         cfg = kernel.config
+        # split-K: the workspace's sizes (fixed by the geometry); its buffers are per stream
+        self.split_sizes = split_k_workspace(problem, cfg)
+        if cfg.splits > 1:
+            descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
+        index = device.index if device.index is not None else torch.cuda.current_device()
         self.pack = kernel.arg_pack(descs, _max_clusters(index, cfg.cluster_m * cfg.cluster_n))
 
     def run(self, a, b, out, epi_ops, alpha, beta):
@@ -313,20 +318,26 @@ class _Plan:
             _check_no_alias((pc, self.out_span), zip(("a", "b", "bias", "scale_a", "scale_b", "residual"), ranges))
         ptrs = (pa, pb, pc) + tuple(p for p in ins[2:] if p is not None)
         stream = torch.cuda.current_stream(self.device).cuda_stream
+        work = None
+        if self.split_sizes[0]:
+            work = _SPLIT_K_WORKSPACES.get(self.device, stream, *self.split_sizes)
+            ptrs += (work[0].data_ptr(), work[1].data_ptr())
         self.kernel.launch(self.pack, ptrs, float(alpha), float(beta), stream,
-                           lambda: self._views(a, b, out, epi_ops))
+                           lambda: self._views(a, b, out, epi_ops, work))
         return out
 
-    def _views(self, a, b, out, epi_ops):  # only for the one-time check of the direct launch path
+    def _views(self, a, b, out, epi_ops, work):  # only for the one-time check of the direct launch path
         # detached: the DSL exports them through DLPack, which refuses tensors that require grad
         a3 = a.detach().as_strided(*self.a_geo)
         b3 = b.detach().as_strided(*self.b_geo)
+        split = (None, None) if work is None else (work[0][:self.split_sizes[1]], work[1][:self.split_sizes[0]])
         return _views(self.problem, a3, b3.transpose(1, 2), out.detach().view(self.shape3)) + tuple(
-            None if t is None else t.detach() for t in epi_ops)
+            None if t is None else t.detach() for t in epi_ops) + split
 
 
 # per thread: a plan's argument structs are filled in place at each call
 _TLS = threading.local()
+_SPLIT_K_WORKSPACES = SplitKWorkspaces()
 _MAX_PLANS = 4096
 
 
@@ -454,8 +465,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
       (default) or torch.float32.
     - layouts: each operand row- or column-major in its last two dims (any strides otherwise);
       every non-unit stride and the data pointers 16-byte aligned. The output is row-major.
-    - ``bias``: (N,) per output column or (M, 1) per row, contiguous, dtype the output dtype or
-      float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32;
+    - ``bias``: (N,) per output column or (M, 1) per row (with a 3-D ``a`` and 2-D ``b`` also
+      (L*M, 1)), contiguous, dtype the output dtype or float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32;
       with 16-byte aligned data, rows and batches it is loaded by TMA, otherwise gathered (slower).
     - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
       torch.nn.functional. ``alpha``, ``beta``: Python floats.
@@ -472,6 +483,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     """
     from .autograd import GemmFunction, needs_autograd
 
+    if (bias is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 3
+            and b.dim() == 2 and a.shape[0] > 1 and tuple(bias.shape) == (a.shape[1], 1)):
+        # a per-row bias of each batch where (L, M, K) @ (K, N) runs as one (L*M, K) GEMM: the
+        # bias repeated per batch (a copy of L*M values; differentiable, as torch broadcasts it)
+        bias = bias.repeat(a.shape[0], 1)
     if needs_autograd(a, b, bias, residual):
         if out is not None:
             raise UnsupportedGemmError("out: not supported where an input requires grad (as in torch)")

@@ -63,6 +63,11 @@ def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, 
     scaled, has_bias, has_res = kind
     named = dict(zip(tensor_names(*kind)[2:], tensors))
     config = _config(kernel_config) if kernel_config else None
+    if config is not None and config.a_rows:
+        # chosen at the autotune hint; under a dynamic M a call may have more rows than it loads
+        rows = a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1])
+        if rows > config.a_rows:
+            config = config.replace(a_rows=0)
     bias = named.get("bias")
     if bias is not None:
         bias = normalize_bias(bias, a.shape[-2], b.shape[-1])

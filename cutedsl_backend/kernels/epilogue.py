@@ -4,6 +4,7 @@ still gathers). Shared by the sm90 and sm100 kernels."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -121,30 +122,39 @@ class EpilogueOperands:
         return TileEpilogue(self, row0, col0, batch, tid)
 
 
+@dataclass(frozen=True)
 class TileEpilogue:
-    """EpilogueOperands bound to one tile (see there)."""
+    """EpilogueOperands bound to one tile (see there). Frozen (its per-tile values are set once,
+    at construction), so a dynamic ``if`` (split-K's last slice) can use it without carrying it."""
 
-    def __init__(self, ops: EpilogueOperands, row0, col0, batch, tid):
-        self.ops = ops
-        self.spec, self.args, self.parts, self.staged = ops.spec, ops.args, ops.parts, ops.staged
-        self.tile_m, self.tile_n, self.threads, self.s_vec = ops.tile_m, ops.tile_n, ops.threads, ops.s_vec
+    ops: EpilogueOperands
+    row0: object
+    col0: object
+    batch: object
+    tid: object
+
+    def __post_init__(self):
+        ops, tid = self.ops, self.tid
+        setattr_ = functools.partial(object.__setattr__, self)
+        for name in ("spec", "args", "parts", "staged", "tile_m", "tile_n", "threads", "s_vec"):
+            setattr_(name, getattr(ops, name))
         spec, a = self.spec, self.args
-        self.row0, self.col0, self.batch = row0, col0, batch
         scale = Float32(a.alpha)
         if cutlass.const_expr(spec.scale_a == "scalar"):
             scale = scale * Float32(a.scale_a[0])
         if cutlass.const_expr(spec.scale_b == "scalar"):
             scale = scale * Float32(a.scale_b[0])
-        self.scale = scale
-        self.vec_regs = []
+        setattr_("scale", scale)
+        vec_regs = []
         if cutlass.const_expr(self.staged):
             for name, axis, off, n in self.parts:
                 src = getattr(a, name)
-                origin = col0 if axis == "col" else row0
+                origin = self.col0 if axis == "col" else self.row0
                 for j in range(-(-n // self.threads)):
                     # threads past the vector's end repeat its last element (same value, no branch)
                     i = cutlass.min(tid + j * self.threads, n - 1)
-                    self.vec_regs.append((off, i, Float32(src[cutlass.min(origin + i, self._last(axis))])))
+                    vec_regs.append((off, i, Float32(src[cutlass.min(origin + i, self._last(axis))])))
+        setattr_("vec_regs", tuple(vec_regs))
 
     def _last(self, axis):
         return (self.args.n_extent if axis == "col" else self.args.m_extent) - 1

@@ -69,6 +69,7 @@ class Sm100Gemm:
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
                  mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                  mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                 mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
                  alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type

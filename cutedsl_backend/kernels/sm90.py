@@ -47,6 +47,7 @@ from ..configs import (
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
+from .split_k import k_slice, reduce_partials
 
 THREADS_PER_WG = 128
 PRODUCER_REGS = 40
@@ -81,7 +82,11 @@ class Sm90Gemm:
     """One compiled-kernel template: ``cfg`` (resolved: tile_k and stages set) fixes the tiling.
 
     Call (under ``cute.compile``) with mA (M, K, L), mB (N, K, L), mC (M, N, L) and the number of
-    persistent clusters the GPU can hold.
+    persistent clusters the GPU can hold; with split-K (``cfg.splits`` > 1) also the fp32
+    workspace and the int32 counters, zeroed, of configs.split_k_workspace's sizes.
+
+    Work units: ``splits`` x cluster tiles, slice-major (unit = slice * tiles + tile), handed
+    out persistently; without split-K a unit is a cluster tile.
     """
 
     def __init__(self, cfg: GemmConfig, epilogue: EpilogueSpec, promote_fp8: bool = False):
@@ -95,6 +100,7 @@ class Sm90Gemm:
         self.acc_dtype = cutlass.Float32
         self.cooperative = cfg.schedule == "cooperative"
         self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        self.a_rows = cfg.a_rows or cfg.tile_m
         self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
         self.ab_stage = cfg.stages
         self.epi_stage = EPI_STAGES
@@ -113,6 +119,7 @@ class Sm90Gemm:
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
                  mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                  mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                 mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
                  alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
@@ -135,8 +142,11 @@ class Sm90Gemm:
         c_smem_staged = sm90_utils.make_smem_layout_epi(
             self.c_dtype, self.c_layout, self.epi_tile, self.epi_stage * self.epi_groups)
 
-        tma_a, tma_tensor_a = self._make_tma_load(
-            mA, a_smem_staged, (self.cfg.tile_m, self.cfg.tile_k), self.cfg.cluster_n)
+        # A's load box: the tile's rows, or only its first a_rows (few tokens: every row past the
+        # problem's M would be an out-of-bounds fill; the rows never loaded feed only output rows
+        # past M, which are never stored). K-major A: those rows are a prefix of each stage.
+        a_box = self._a_box(a_smem_staged)
+        tma_a, tma_tensor_a = self._make_tma_load_box(mA, a_box, (self.a_rows, self.cfg.tile_k), self.cfg.cluster_n)
         tma_b, tma_tensor_b = self._make_tma_load(
             mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)
         tma_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -166,13 +176,15 @@ class Sm90Gemm:
             (self.res_dtype, cute.cosize(res_smem_staged)) if self.epilogue.residual_tma else None,
             RES_STAGES * self.epi_groups)
 
+        units = grid.total() * self.cfg.splits
         self.kernel(
             tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, self.tiled_mma,
             a_smem_staged, b_smem_staged, c_smem_staged,
             grid.clusters_m, grid.clusters_n, grid.total(),
             mBias, mScaleA, mScaleB, mRes, alpha, beta, tma_res, tma_tensor_res, res_smem_staged,
+            mWork, mCounters, units,
         ).launch(
-            grid=grid.launch_grid(max_clusters),
+            grid=(self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(units, max_clusters)),
             block=[self.threads_per_cta, 1, 1],
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,
@@ -181,12 +193,42 @@ class Sm90Gemm:
 
     @staticmethod
     def _make_tma_load(tensor, smem_staged, tile, mcast: int):
+        return Sm90Gemm._make_tma_load_box(tensor, cute.slice_(smem_staged, (None, None, 0)), tile, mcast)
+
+    @staticmethod
+    def _make_tma_load_box(tensor, smem_box, tile, mcast: int):
         op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp() if mcast == 1
               else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp())
-        return cute.nvgpu.cpasync.make_tiled_tma_atom(
-            op, tensor, cute.slice_(smem_staged, (None, None, 0)), tile, num_multicast=mcast)
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(op, tensor, smem_box, tile, num_multicast=mcast)
+
+    def _a_box(self, a_smem_staged):
+        """One stage's smem layout of the rows of A a load fills (the first ``a_rows``)."""
+        stage = cute.slice_(a_smem_staged, (None, None, 0))
+        if cutlass.const_expr(self.a_rows == self.cfg.tile_m):
+            return stage
+        return cute.composition(stage, cute.make_layout((self.a_rows, self.cfg.tile_k), stride=(1, self.cfg.tile_m)))
 
     # ---------------------------------------------------------------- device side
+    @cute.jit
+    def _unit(self, idx: Int32, tiles: Int32):
+        """Work unit -> (K slice, cluster tile)."""
+        if cutlass.const_expr(self.cfg.splits == 1):
+            return Int32(0), idx
+        split = idx // tiles
+        return split, idx - split * tiles
+
+    @cute.jit
+    def _k_range(self, split: Int32, k_tiles: Int32):
+        """(first k-tile, k-tiles) of a unit's K slice."""
+        if cutlass.const_expr(self.cfg.splits == 1):
+            return Int32(0), k_tiles
+        return k_slice(split, k_tiles, self.cfg.splits)
+
+    @cute.jit
+    def _unit_k_tiles(self, idx: Int32, tiles: Int32, k_tiles: Int32):
+        split, _ = self._unit(idx, tiles)
+        return self._k_range(split, k_tiles)[1]
+
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor, tma_b: cute.CopyAtom,
                mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_mnl: cute.Tensor,
@@ -196,7 +238,8 @@ class Sm90Gemm:
                mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                alpha: Float32, beta: Float32, tma_res: Optional[cute.CopyAtom],
-               mRes_tma: Optional[cute.Tensor], res_smem_staged: Optional[cute.ComposedLayout]):
+               mRes_tma: Optional[cute.Tensor], res_smem_staged: Optional[cute.ComposedLayout],
+               mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor], total_units: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
@@ -218,7 +261,7 @@ class Sm90Gemm:
         a_mcast_mask = a_mcast_mask if self.is_a_mcast else 0
         b_mcast_mask = b_mcast_mask if self.is_b_mcast else 0
 
-        a_smem = cute.slice_(a_smem_staged, (None, None, 0))
+        a_smem = self._a_box(a_smem_staged)
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
         tma_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)
 
@@ -254,14 +297,17 @@ class Sm90Gemm:
         sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
 
         # (bM, bK, RestM, RestK, RestL) etc.
-        gA = cute.local_tile(mA_mkl, cute.slice_(self.tile_shape_mnk, (None, 0, None)), (None, None, None))
+        gA = cute.local_tile(mA_mkl, (self.a_rows, self.cfg.tile_k), (None, None, None))
         gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
         gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None))
         k_tiles = cute.size(gA, mode=[3])
 
+        sA_load = sA
+        if cutlass.const_expr(self.a_rows != self.cfg.tile_m):
+            sA_load = cute.local_tile(sA, (self.a_rows, self.cfg.tile_k), (0, 0, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, cluster_coord[1], cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+            cute.group_modes(sA_load, 0, 2), cute.group_modes(gA, 0, 2))
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_b, cluster_coord[0], cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
             cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
@@ -277,13 +323,16 @@ class Sm90Gemm:
             if warp_idx == 0:
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 idx = first_cluster
-                while idx < total_clusters:
-                    cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+                while idx < total_units:
+                    split, tile_idx = self._unit(idx, total_clusters)
+                    k_first, k_count = self._k_range(split, k_tiles)
+                    cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                     tile_m = cm * self.cfg.cluster_m + cta_m
                     tile_n = cn * self.cfg.cluster_n + cta_n
                     tAgA_t = tAgA[(None, tile_m, None, l)]
                     tBgB_t = tBgB[(None, tile_n, None, l)]
-                    for k in cutlass.range(k_tiles, unroll=1):
+                    for kk in cutlass.range(k_count, unroll=1):
+                        k = k_first + kk
                         ab_pipeline.producer_acquire(state)
                         bar = ab_pipeline.producer_get_barrier(state)
                         cute.copy(tma_a, tAgA_t[(None, k)], tAsA[(None, state.index)],
@@ -359,8 +408,8 @@ class Sm90Gemm:
             if cutlass.const_expr(not self.cooperative):
                 # the other group's first tile occupies the ring before ours
                 if math_wg == 1:
-                    if first_cluster < total_clusters:
-                        for _ in cutlass.range(k_tiles, unroll=1):
+                    if first_cluster < total_units:
+                        for _ in cutlass.range(self._unit_k_tiles(first_cluster, total_clusters, k_tiles), unroll=1):
                             read_state.advance()
                             release_state.advance()
             # pingpong turn-taking (named barriers 3 and 4, 256 threads): a group starts its
@@ -372,17 +421,25 @@ class Sm90Gemm:
                 if math_wg == 1:
                     cute.arch.barrier_arrive(barrier_id=3, number_of_threads=2 * THREADS_PER_WG)
             epi_count = Int32(0)
+            split_arrival = None
+            if cutlass.const_expr(self.cfg.splits > 1):
+                arrival_slot = 0 if self.cooperative else math_wg
+                split_arrival = cute.make_tensor(storage.split_arrival.data_ptr() + arrival_slot, cute.make_layout(1))
             idx = first_cluster + my_slot * num_persistent
-            while idx < total_clusters:
-                cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+            while idx < total_units:
+                split, tile_idx = self._unit(idx, total_clusters)
+                unit_k = self._k_range(split, k_tiles)[1]
+                cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
                 # epilogue operands requested now, used after the mainloop (their latency hides)
                 tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_thread)
                 tile_ops.prefetch_residual_l2(epi_thread)
+                res_tiles = None
                 if cutlass.const_expr(res_tma is not None):
-                    # the first residual sub-tiles load while the mainloop runs
                     res_tiles = res_tma.tile(tile_m, tile_n, l)
+                if cutlass.const_expr(res_tma is not None and self.cfg.splits == 1):
+                    # the first residual sub-tiles load while the mainloop runs
                     if is_store_warp:
                         for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
                             res_tma.issue(res_tiles, e, epi_count + e)
@@ -403,28 +460,28 @@ class Sm90Gemm:
                     if cutlass.const_expr(self.promoted_copies == 2):
                         # one partial (a tile too large for two): each k-tile's add waits for its
                         # WGMMAs; the other warp group's WGMMAs keep the tensor cores busy meanwhile
-                        for _k in cutlass.range(k_tiles, unroll=1):
+                        for _k in cutlass.range(unit_k, unroll=1):
                             read_state = _issue_k_tile(*mma_args, read_state, part)
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     else:
                         read_state = _issue_k_tile(*mma_args, read_state, part)
-                        for _k in cutlass.range((k_tiles - 1) // 2, unroll=1):
+                        for _k in cutlass.range((unit_k - 1) // 2, unroll=1):
                             read_state = _issue_k_tile(*mma_args, read_state, part2)
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
                             read_state = _issue_k_tile(*mma_args, read_state, part)
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 1)
-                        if (k_tiles - 1) % 2 == 1:
+                        if (unit_k - 1) % 2 == 1:
                             read_state = _issue_k_tile(*mma_args, read_state, part2)
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 1)
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part2, 0)
                         else:
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     if cutlass.const_expr(not self.cooperative):
-                        if idx + num_persistent < total_clusters:
+                        if idx + num_persistent < total_units:
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
                 else:
                     # keep one WGMMA batch in flight; release a stage once its batch retired
-                    for k in cutlass.range(k_tiles, unroll=1):
+                    for k in cutlass.range(unit_k, unroll=1):
                         ab_pipeline.consumer_wait(read_state)
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
@@ -436,56 +493,70 @@ class Sm90Gemm:
                             release_state.advance()
                         read_state.advance()
                     if cutlass.const_expr(not self.cooperative):
-                        if idx + num_persistent < total_clusters:  # the other group has a next tile
+                        if idx + num_persistent < total_units:  # the other group has a next tile
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
                     cute.nvgpu.warpgroup.wait_group(0)
-                    if k_tiles > 0:
+                    if unit_k > 0:
                         ab_pipeline.consumer_release(release_state)
                         release_state.advance()
 
-                # ---- epilogue: registers -> smem -> TMA store, one epi sub-tile at a time
-                gC_tile = cute.zipped_divide(gC[(None, None, tile_m, tile_n, l)], self.epi_tile)
-                bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
-                    tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile)
-                epi_tiles = cute.size(gC_tile, mode=[1])
-                epi_grid = gC_tile.shape[1]
-                epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
-                if cutlass.const_expr(epi_ops.staged):
-                    tile_ops.stage()
-                    epi_sync.arrive_and_wait()
-                # a gathered residual is read one sub-tile ahead of its use
-                res_next = None
-                if cutlass.const_expr(res_tma is None):
-                    res_next = tile_ops.gather_residual(frag_shape, tile_coord(0))
-                for e in cutlass.range_constexpr(epi_tiles):
-                    res_cur = res_next
-                    if cutlass.const_expr(res_tma is not None):
-                        res_cur = res_tma.read(epi_count)
-                    elif cutlass.const_expr(e + 1 < epi_tiles):
-                        res_next = tile_ops.gather_residual(frag_shape, tile_coord(e + 1))
-                    for v in cutlass.range_constexpr(frag_size):
-                        tRS_frag[v] = tRS_acc[e * frag_size + v]
-                    tRS_out.store(tile_ops.apply(tRS_frag, tile_coord(e), res_cur).to(self.c_dtype))
-                    buf = buf_base + epi_count % self.epi_stage
-                    cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    if is_store_warp:
-                        self.stores.before_barrier(store_pipeline)
-                    epi_sync.arrive_and_wait()
-                    if is_store_warp:
-                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
-                        store_pipeline.producer_commit()
-                        if cutlass.const_expr(res_tma is not None and e + RES_STAGES < epi_tiles):
-                            # every thread has read this sub-tile's residual buffer: refill it
-                            res_tma.issue(res_tiles, e + RES_STAGES, epi_count + RES_STAGES)
-                        self.stores.after_store(store_pipeline)
-                    self.stores.closing_barrier(epi_sync)
-                    epi_count += 1
+                # ---- split-K: partial to the workspace; the tile's last slice sums them all
+                finishes_tile = True
+                if cutlass.const_expr(self.cfg.splits > 1):
+                    cta_tile = tile_idx * (self.cfg.cluster_m * self.cfg.cluster_n) + cta_rank
+                    finishes_tile = reduce_partials(acc, mWork, mCounters, cta_tile, split, self.cfg.splits,
+                                                    epi_thread, self.epi_threads, epi_sync, split_arrival)
+
+                if finishes_tile:
+                    # ---- epilogue: registers -> smem -> TMA store, one epi sub-tile at a time
+                    if cutlass.const_expr(res_tma is not None and self.cfg.splits > 1):
+                        # split-K: only the tile's last slice reads the residual
+                        if is_store_warp:
+                            for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
+                                res_tma.issue(res_tiles, e, epi_count + e)
+                    gC_tile = cute.zipped_divide(gC[(None, None, tile_m, tile_n, l)], self.epi_tile)
+                    bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
+                        tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile)
+                    epi_tiles = cute.size(gC_tile, mode=[1])
+                    epi_grid = gC_tile.shape[1]
+                    epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
+                    if cutlass.const_expr(epi_ops.staged):
+                        tile_ops.stage()
+                        epi_sync.arrive_and_wait()
+                    # a gathered residual is read one sub-tile ahead of its use
+                    res_next = None
+                    if cutlass.const_expr(res_tma is None):
+                        res_next = tile_ops.gather_residual(frag_shape, tile_coord(0))
+                    for e in cutlass.range_constexpr(epi_tiles):
+                        res_cur = res_next
+                        if cutlass.const_expr(res_tma is not None):
+                            res_cur = res_tma.read(epi_count)
+                        elif cutlass.const_expr(e + 1 < epi_tiles):
+                            res_next = tile_ops.gather_residual(frag_shape, tile_coord(e + 1))
+                        for v in cutlass.range_constexpr(frag_size):
+                            tRS_frag[v] = tRS_acc[e * frag_size + v]
+                        tRS_out.store(tile_ops.apply(tRS_frag, tile_coord(e), res_cur).to(self.c_dtype))
+                        buf = buf_base + epi_count % self.epi_stage
+                        cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
+                        cute.arch.fence_proxy("async.shared", space="cta")
+                        if is_store_warp:
+                            self.stores.before_barrier(store_pipeline)
+                        epi_sync.arrive_and_wait()
+                        if is_store_warp:
+                            cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
+                            store_pipeline.producer_commit()
+                            if cutlass.const_expr(res_tma is not None and e + RES_STAGES < epi_tiles):
+                                # every thread has read this sub-tile's residual buffer: refill it
+                                res_tma.issue(res_tiles, e + RES_STAGES, epi_count + RES_STAGES)
+                            self.stores.after_store(store_pipeline)
+                        self.stores.closing_barrier(epi_sync)
+                        epi_count += 1
 
                 if cutlass.const_expr(not self.cooperative):
                     # skip the other group's next tile in the ring
-                    if idx + num_persistent < total_clusters:
-                        for _ in cutlass.range(k_tiles, unroll=1):
+                    if idx + num_persistent < total_units:
+                        for _ in cutlass.range(self._unit_k_tiles(idx + num_persistent, total_clusters, k_tiles),
+                                               unroll=1):
                             read_state.advance()
                             release_state.advance()
                 idx += tiles_stride * num_persistent
@@ -498,7 +569,7 @@ def _shared_storage(ab_stages: int, vec_elems: int, a, b, c, res, res_buffers: i
     a TMA-loaded residual) residual buffers. Built from a field table (this module's annotations
     are strings, so a class body here could not see the arguments)."""
     mem, align = cute.struct.MemRange, cute.struct.Align
-    fields = {"ab_barriers": mem[cutlass.Int64, ab_stages * 2]}
+    fields = {"ab_barriers": mem[cutlass.Int64, ab_stages * 2], "split_arrival": mem[Int32, 2]}
     if res is not None:
         fields["res_barriers"] = mem[cutlass.Int64, res_buffers]
     fields["s_vec"] = align[mem[Float32, vec_elems], 16]

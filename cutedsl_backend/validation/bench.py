@@ -484,3 +484,60 @@ def bench_fp8(shapes, log=print, rounds: int = 3) -> list:
                 f"{_clock_note(timed, 'peer')}, graph ratio {row['graph_ratio']:.3f}, "
                 f"eager ratio {row['eager_ratio']:.3f}")
     return rows
+
+
+def decode_candidates(arch: str = "sm90a") -> list:
+    """The few-token configs configs.DecodeModel chooses among: ping-pong 64-row tiles of each width
+    x K slices x A loads of 16 / 32 / all rows."""
+    from ..configs import DECODE_MODEL, GemmConfig
+
+    return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
+            for tn in DECODE_MODEL.widths for s in DECODE_MODEL.splits for r in (16, 32, 0)]
+
+
+def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None) -> list:
+    """Every decode candidate on every unique projection of the public models (bf16, nn.Linear
+    layout) at each M, next to cuBLAS, CUDA-graph device time: the data configs.DecodeModel is
+    fitted on. Logs per shape the model's pick's speed against the best candidate's; returns rows
+    {m, n, k, peer_ms, pick, times: {config name: ms}}."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import default_config, is_valid
+    from ..problem import GemmProblem
+    from .model_shapes import MODEL_PROJECTIONS, unique_shapes
+    from .shape_sweep import _graph_ms
+
+    cands = decode_candidates()
+    probe = GemmProblem(8, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    t0 = time.time()
+    failed = {r[0] for r in precompile([(probe, c) for c in cands], workers) if r[2]}
+    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    rows, picked, best = [], [], []
+    for proj in unique_shapes(MODEL_PROJECTIONS):
+        n, k = proj.n, proj.k
+        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+        for m in ms:
+            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
+            peer_runs = [peer()]
+            problem = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+            pick = default_config(problem)
+            times = {}
+            for c in cands + ([pick] if pick not in cands else []):
+                if c.name in failed or not is_valid(c, problem):
+                    continue
+                cb.gemm(a, w.t(), config=c, out=o)
+                times[c.name] = _graph_ms(lambda: cb.gemm(a, w.t(), config=c, out=o))()
+            peer_runs.append(peer())
+            p = statistics.median(peer_runs)
+            fastest = min(times.values())
+            rows.append({"m": m, "n": n, "k": k, "peer_ms": p, "pick": pick.name, "times": times})
+            picked.append(p / times[pick.name])
+            best.append(p / fastest)
+            log(f"{m}x{n}x{k}: cuBLAS {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
+                f"best {min(times, key=times.get)} {best[-1]:.3f}x")
+    log(f"geomean vs cuBLAS: the model's picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    return rows

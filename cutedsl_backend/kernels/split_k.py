@@ -1,0 +1,64 @@
+"""Split-K partial sums through a global workspace, reduced in a fixed order (device-side, CuTe DSL).
+
+A split-K launch cuts the K range of every CTA tile into ``splits`` slices that different CTAs
+compute at the same time. Each slice stores its fp32 accumulators to the workspace and counts its
+arrival on the tile's counter; the CTA whose arrival completes the count sums the ``splits``
+partials in slice order (0, 1, ...) and runs the epilogue. The sum's order never depends on which
+CTA arrives last, so the same inputs give bitwise the same output. No CTA waits for another, so
+no co-residency is assumed. The last arrival resets the counter to zero: the workspace needs
+zeroing once, when it is allocated (configs.split_k_workspace gives its sizes).
+
+Workspace layout: tile-major, then slice, then register, then thread, so each warp stores and
+loads 128 contiguous bytes per register (coalesced), and a thread reads back exactly the
+positions it wrote (a thread's registers map to the same tile coordinates in every slice).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+
+
+@cute.jit
+def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, split: Int32,
+                    splits: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr, sync,
+                    arrival: cute.Tensor):
+    """Store this slice's ``acc`` (a thread's fp32 accumulator fragment; ``threads`` threads hold
+    the tile) and count it on ``counters[tile]``. Returns whether this CTA holds the tile's last
+    slice: then ``acc`` holds the sum of all slices, in slice order. ``sync`` is a barrier over the
+    ``threads``; ``arrival`` a one-element Int32 shared-memory tensor of this thread group."""
+    regs = cute.size(acc)
+    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
+    tile_elems = regs * threads
+    base = work.iterator + (Int64(tile) * splits * tile_elems + thread)
+    mine = base + Int64(split) * tile_elems
+    for r in cutlass.range_constexpr(regs):
+        cute.arch.store(mine + r * threads, flat[r])
+    sync.arrive_and_wait()
+    if thread == 0:
+        # release this slice's stores (ordered before the barrier) at GPU scope, then count it;
+        # the arrival that completes the count acquires every other slice's stores
+        cute.arch.fence_acq_rel_gpu()
+        old = cute.arch.atomic_add(counters.iterator + tile, Int32(1), sem="acq_rel", scope="gpu")
+        if old == splits - 1:
+            counters[tile] = Int32(0)
+        arrival[0] = old - (splits - 1)
+    sync.arrive_and_wait()
+    last = arrival[0] == 0
+    if last:
+        for r in cutlass.range_constexpr(regs):
+            # .cg: read at L2, where the other CTAs' stores are (never a stale L1 line)
+            total = cute.arch.load(base + r * threads, Float32, cop="cg")
+            for s in cutlass.range_constexpr(1, splits):
+                total = total + cute.arch.load(base + (s * tile_elems + r * threads), Float32, cop="cg")
+            flat[r] = total
+    return last
+
+
+@cute.jit
+def k_slice(split: Int32, k_tiles: Int32, splits: cutlass.Constexpr):
+    """(first k-tile, k-tile count) of slice ``split`` (configs.k_slices: as even as integers allow)."""
+    begin = split * k_tiles // splits
+    end = (split + 1) * k_tiles // splits
+    return begin, end - begin

@@ -1,0 +1,201 @@
+"""Split-K on a Hopper GPU: K cut into slices whose fp32 partials are summed in slice order by the
+tile's last slice. Numerics against a float64 reference (output poisoned with NaN) over tails,
+batches, both operand majors, uneven slices, fused epilogues (bias, activation, TMA-loaded and
+gathered residual, alpha/beta) and FP8 scales; bitwise determinism (the same inputs give the same
+bits, whichever CTA finishes a tile last); the workspace's counters left at zero (launch after
+launch, shape after shape, on two streams). Skipped, with the reason, without an sm90 GPU."""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cutedsl_backend as cb  # noqa: E402
+from cutedsl_backend.configs import GemmConfig  # noqa: E402
+from cutedsl_backend.epilogue import reference  # noqa: E402
+from cutedsl_backend.validation.bench import graph_of  # noqa: E402
+from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
+
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
+SPLIT = [GemmConfig(64, 32, schedule="pingpong", splits=4), GemmConfig(64, 128, schedule="pingpong", splits=3),
+         GemmConfig(128, 64, schedule="cooperative", splits=5), GemmConfig(128, 128, cluster_m=2, splits=2),
+         GemmConfig(64, 64, cluster_n=2, schedule="pingpong", splits=7)]
+# L, M, N, K: tails in every dimension, K not a multiple of the slices' k-tiles, batches
+SHAPES = [(1, 1, 200, 520), (1, 16, 4104, 4096), (3, 77, 328, 1000), (1, 192, 1000, 776), (2, 130, 264, 4104)]
+SEED = 5150
+
+
+def operands(L, M, N, K, dtype, a_major, b_major, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(L, M, K, device="cuda", generator=g) if a_major == "k" else \
+        torch.randn(L, K, M, device="cuda", generator=g).transpose(1, 2)
+    b = torch.randn(L, K, N, device="cuda", generator=g) if b_major == "n" else \
+        torch.randn(L, N, K, device="cuda", generator=g).transpose(1, 2)
+    return a.to(dtype), b.to(dtype), g
+
+
+@pytest.mark.parametrize("cfg", SPLIT, ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+def test_split_k(cfg, dtype, layout):
+    dt = getattr(torch, dtype)
+    for i, (L, M, N, K) in enumerate(SHAPES):
+        if layout[0] == "m" and M % 8:
+            continue  # an M-major A needs M a multiple of 8 (16-byte rule)
+        a, b, _ = operands(L, M, N, K, dt, *layout, seed=SEED + i)
+        out = torch.full((L, M, N), float("nan"), device="cuda", dtype=dt)
+        cb.gemm(a, b, config=cfg, out=out)
+        m = compare(out, a.double() @ b.double(), dtype, K)
+        assert m["ok"], (L, M, N, K, m)
+
+
+@pytest.mark.parametrize("cfg", SPLIT[:3], ids=lambda c: c.name)
+def test_split_k_fp32_out(cfg):
+    a, b, _ = operands(1, 40, 520, 2048, torch.bfloat16, "k", "k", seed=SEED)
+    out = torch.full((1, 40, 520), float("nan"), device="cuda", dtype=torch.float32)
+    cb.gemm(a, b, config=cfg, out=out, out_dtype=torch.float32)
+    m = compare(out, a.double() @ b.double(), "float32", 2048)
+    assert m["ok"], m
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("cfg", SPLIT[:3], ids=lambda c: c.name)
+@pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu", "relu"])
+def test_split_k_fused_epilogue(cfg, aligned, activation):
+    L, M, N, K = 2, 24, 456, 1064
+    a, b, g = operands(L, M, N, K, torch.bfloat16, "k", "n", seed=SEED)
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    if aligned:
+        res = torch.randn(L, M, N, device="cuda", generator=g).to(torch.bfloat16)
+    else:
+        res = torch.randn(L, M, N + 1, device="cuda", generator=g).to(torch.bfloat16)[:, :, 1:]
+    out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation=activation, alpha=0.5, beta=2.0, config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), alpha=0.5, beta=2.0,
+                    activation=activation)
+    m = compare(out, ref, "bfloat16", K, activation=activation)
+    assert m["ok"], m
+
+
+@pytest.mark.epilogue("fused")
+def test_split_k_row_bias():
+    M, N, K = 72, 304, 2000
+    a, b, g = operands(1, M, N, K, torch.float16, "k", "k", seed=SEED)
+    bias = torch.randn(M, 1, device="cuda", generator=g).to(torch.float16)
+    out = torch.full((1, M, N), float("nan"), device="cuda", dtype=torch.float16)
+    cb.gemm(a, b, bias=bias, config=SPLIT[1], out=out)
+    m = compare(out, a.double() @ b.double() + bias.double(), "float16", K)
+    assert m["ok"], m
+
+
+@pytest.mark.epilogue("scales")
+@pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
+@pytest.mark.parametrize("cfg", [GemmConfig(64, 32, schedule="pingpong", splits=4),
+                                 GemmConfig(128, 128, schedule="cooperative", splits=3)], ids=lambda c: c.name)
+def test_split_k_fp8(kind, fast, cfg):
+    M, N, K = 16, 1032, 3072
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
+    if kind == "tensorwise":
+        sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
+    else:
+        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)
+    ref = (a.double() @ b.double()) * sa.double() * sb.double()
+    m = compare_fp8(out, ref, "bfloat16", K, fast_accum=fast)
+    assert m["ok"], m
+
+
+def test_split_k_bitwise_deterministic():
+    """Many launches (which CTA finishes a tile last varies from launch to launch): the same bits."""
+    a, b, _ = operands(1, 16, 4096, 8192, torch.bfloat16, "k", "k", seed=SEED)
+    cfg = GemmConfig(64, 64, schedule="pingpong", splits=8)
+    first = cb.gemm(a[0], b[0], config=cfg)
+    for _ in range(50):
+        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), first)
+    m = compare(first, a[0].double() @ b[0].double(), "bfloat16", 8192)
+    assert m["ok"], m
+
+
+def test_split_k_counters_reset_across_shapes_and_streams():
+    """The kernels leave the workspace's counters at zero: launches of other shapes and configs on
+    the same workspace, and on a second stream with its own, stay right; so do graph replays."""
+    cfgs = [GemmConfig(64, 32, schedule="pingpong", splits=4), GemmConfig(128, 64, schedule="cooperative", splits=5)]
+    problems = [operands(1, M, N, K, torch.bfloat16, "k", "k", seed=SEED + M) for M, N, K in
+                ((8, 2048, 4096), (100, 520, 3000), (33, 4096, 1024))]
+    side = torch.cuda.Stream()
+    for rep in range(3):
+        for cfg in cfgs:
+            for a, b, _ in problems:
+                for stream in (torch.cuda.current_stream(), side):
+                    with torch.cuda.stream(stream):
+                        out = cb.gemm(a[0], b[0], config=cfg)
+                    torch.cuda.synchronize()
+                    m = compare(out, a[0].double() @ b[0].double(), "bfloat16", a.shape[2])
+                    assert m["ok"], (rep, cfg.name, tuple(a.shape), m)
+    a, b, _ = problems[0]
+    out = torch.full((2048, 2048), float("nan"), device="cuda", dtype=torch.bfloat16)[:8]
+    graph = graph_of(lambda: cb.gemm(a[0], b[0], config=cfgs[0], out=out), calls=3)
+    for _ in range(5):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert compare(out, a[0].double() @ b[0].double(), "bfloat16", 4096)["ok"]
+
+
+# loads of fewer rows of A than the tile (a_rows >= M): the rows never loaded hold stale shared
+# memory, which must reach no stored output
+A_ROWS = [GemmConfig(64, 128, schedule="pingpong", splits=4, a_rows=16), GemmConfig(64, 256, cluster_n=2,
+          schedule="pingpong", a_rows=8), GemmConfig(128, 64, schedule="cooperative", splits=2, a_rows=32),
+          GemmConfig(64, 64, schedule="pingpong", a_rows=48)]
+
+
+@pytest.mark.parametrize("cfg", A_ROWS, ids=lambda c: c.name)
+@pytest.mark.parametrize("b_major", "nk")
+def test_a_rows(cfg, b_major):
+    for i, (L, M, N, K) in enumerate([(1, 1, 200, 520), (1, 8, 4104, 4096), (3, 5, 328, 1000), (2, 8, 264, 4104)]):
+        if M > cfg.a_rows:
+            continue
+        # first something else through the same kernel, so the rows not loaded hold stale values
+        big, bw, _ = operands(1, cfg.a_rows, N, K, torch.bfloat16, "k", b_major, seed=SEED - i)
+        cb.gemm(big * 1000, bw, config=cfg)
+        a, b, _ = operands(L, M, N, K, torch.bfloat16, "k", b_major, seed=SEED + i)
+        out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        cb.gemm(a, b, config=cfg, out=out)
+        m = compare(out, a.double() @ b.double(), "bfloat16", K)
+        assert m["ok"], (L, M, N, K, m)
+
+
+@pytest.mark.epilogue("fused")
+def test_a_rows_fused_and_fp8():
+    cfg = A_ROWS[0]
+    M, N, K = 16, 456, 1064
+    a, b, g = operands(1, M, N, K, torch.bfloat16, "k", "k", seed=SEED)
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    res = torch.randn(1, M, N, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((1, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
+    assert compare(out, ref, "bfloat16", K, activation="silu")["ok"]
+    f8 = torch.float8_e4m3fn
+    a8 = (torch.randn(M, 2048, device="cuda", generator=g) * 2).to(f8)
+    b8 = (torch.randn(N, 2048, device="cuda", generator=g) * 2).to(f8).t()
+    sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+    sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    for fast in (True, False):
+        out8 = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out8)
+        ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
+        assert compare_fp8(out8, ref8, "bfloat16", 2048, fast_accum=fast)["ok"], fast
+
+
+def test_a_rows_refused_past_m():
+    a, b, _ = operands(1, 24, 256, 512, torch.bfloat16, "k", "k", seed=SEED)
+    with pytest.raises(cb.UnsupportedGemmError, match="a_rows"):
+        cb.gemm(a[0], b[0], config=GemmConfig(64, 64, schedule="pingpong", a_rows=16))

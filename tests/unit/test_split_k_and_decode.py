@@ -1,0 +1,112 @@
+"""Split-K and short A loads as config data, and the decode picks: the names round-trip, the rules
+name what they refuse, the workspace sizes and K slices are what the kernels assume, and the
+decode cost model picks per token bucket what it measured best (CPU only)."""
+
+import math
+
+import pytest
+
+from cutedsl_backend.configs import (
+    DECODE_MODEL,
+    MAX_SPLITS,
+    GemmConfig,
+    check_config,
+    decode_choice,
+    default_config,
+    k_slices,
+    launch_tiles,
+    split_k_workspace,
+)
+from cutedsl_backend.epilogue import EpilogueSpec
+from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+
+
+def prob(m, n, k, dtype="bfloat16", a_major="k", b_major="k", arch="sm90a", batch=1, out=None):
+    return GemmProblem(m, n, k, batch, dtype, out or ("bfloat16" if dtype.startswith("float8") else dtype),
+                       a_major, b_major, arch)
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(64, 96, schedule="pingpong", splits=3, a_rows=16),
+                                 GemmConfig(128, 128, cluster_m=2, splits=16),
+                                 GemmConfig(64, 64, schedule="pingpong", a_rows=32)], ids=lambda c: c.name)
+def test_names_round_trip(cfg):
+    assert GemmConfig.from_name(cfg.name) == cfg
+    assert cfg.shape != cfg.replace(splits=1, a_rows=0).shape
+
+
+def test_rules_refuse_by_name():
+    p = prob(16, 4096, 4096)
+    with pytest.raises(UnsupportedGemmError, match="splits 17"):
+        check_config(GemmConfig(64, 64, schedule="pingpong", splits=MAX_SPLITS + 1), p)
+    with pytest.raises(UnsupportedGemmError, match="more K slices than the 2 k-tiles"):
+        check_config(GemmConfig(64, 64, schedule="pingpong", splits=3), prob(16, 4096, 128))
+    with pytest.raises(UnsupportedGemmError, match="sm90a only"):
+        check_config(GemmConfig(128, 128, arch="sm100a", splits=2), prob(16, 4096, 4096, arch="sm100a"))
+    with pytest.raises(UnsupportedGemmError, match="M=24 is larger"):
+        check_config(GemmConfig(64, 64, schedule="pingpong", a_rows=16), prob(24, 4096, 4096))
+    with pytest.raises(UnsupportedGemmError, match="K-major A"):
+        check_config(GemmConfig(64, 64, schedule="pingpong", a_rows=16), prob(16, 4096, 4096, a_major="m"))
+    with pytest.raises(UnsupportedGemmError, match="multiple of 8"):
+        check_config(GemmConfig(64, 64, schedule="pingpong", a_rows=12), prob(8, 4096, 4096))
+    check_config(GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=16), p)  # valid
+
+
+@pytest.mark.parametrize("m,n,cfg", [(16, 4096, GemmConfig(64, 96, schedule="pingpong", splits=3)),
+                                     (300, 1000, GemmConfig(128, 128, cluster_m=2, cluster_n=2, splits=2)),
+                                     (1, 8, GemmConfig(64, 64, schedule="pingpong"))])
+def test_workspace_sizes(m, n, cfg):
+    p = prob(m, n, 4096, batch=3)
+    tiles = (math.ceil(math.ceil(m / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
+             * math.ceil(math.ceil(n / cfg.tile_n) / cfg.cluster_n) * cfg.cluster_n * 3)
+    assert launch_tiles(p, cfg) == tiles
+    if cfg.splits == 1:
+        assert split_k_workspace(p, cfg) == (0, 0)
+    else:
+        assert split_k_workspace(p, cfg) == (tiles, tiles * cfg.splits * cfg.tile_m * cfg.tile_n)
+
+
+@pytest.mark.parametrize("k_tiles", [1, 2, 7, 64, 113])
+@pytest.mark.parametrize("splits", [1, 2, 3, 8, 16])
+def test_k_slices_cover_k_once_and_evenly(k_tiles, splits):
+    if splits > k_tiles:
+        return
+    sl = k_slices(k_tiles, splits)
+    assert sl[0][0] == 0 and sl[-1][1] == k_tiles
+    assert all(a[1] == b[0] for a, b in zip(sl, sl[1:]))
+    sizes = [e - b for b, e in sl]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("m,a_rows", [(1, 16), (16, 16), (17, 32), (32, 32), (33, 0), (64, 0)])
+def test_decode_choice_loads_only_the_rows_m_needs(m, a_rows):
+    cfg = decode_choice(prob(m, 4096, 4096))
+    assert cfg.schedule == "pingpong" and cfg.tile_m == 64 and cfg.a_rows == a_rows
+    assert default_config(prob(m, 4096, 4096)) == cfg
+
+
+def test_decode_choice_only_where_measured():
+    assert decode_choice(prob(65, 4096, 4096)) is None
+    assert decode_choice(prob(16, 4096, 4096, arch="sm100a")) is None
+    assert decode_choice(prob(16, 4096, 4096, a_major="m")).a_rows == 0
+    fp8 = decode_choice(prob(16, 4096, 4096, dtype="float8_e4m3fn"))
+    assert fp8 is not None and fp8.a_rows == 16
+
+
+def test_decode_choice_splits_narrow_weights_and_not_wide_ones():
+    # a narrow weight has too few 64-wide tiles to keep the SMs loading: split K
+    assert decode_choice(prob(1, 576, 7168)).splits > 1
+    assert decode_choice(prob(1, 1536, 7168)).splits > 1
+    # a wide one has enough tiles without
+    assert decode_choice(prob(16, 57344, 8192)).splits == 1
+    # the model: more bytes per SM, slower; a split pays its reduction
+    t = DECODE_MODEL.time_us
+    p = prob(16, 4096, 4096)
+    assert t(p, 64, 2, 132) < t(p, 64, 1, 132) * 2
+    assert t(prob(16, 4096, 8192), 64, 1, 132) > t(p, 64, 1, 132)
+
+
+def test_decode_choice_respects_the_epilogue():
+    spec = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True, bias="col",
+                        bias_dtype="bfloat16", activation="silu")
+    cfg = decode_choice(prob(8, 4096, 4096), epilogue=spec)
+    check_config(cfg, prob(8, 4096, 4096), spec)
