@@ -74,9 +74,12 @@ def main(argv=None) -> int:
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
     ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise")
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
-    sd = sub.add_parser("sweep-decode", help="every few-token candidate (tile width x K slices x A rows) on each "
-                        "model projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
-    sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated, each <= 64)")
+    sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
+                        "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
+    sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
+    sd.add_argument("--space", default="decode", choices=["decode", "mid"],
+                    help="the candidates: few-token (split-K, short A loads) or a few hundred tokens")
+    sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     sd.add_argument("--json", help="write the rows here")
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
     rr.add_argument("report")
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
     if args.cmd == "sweep-decode":
         from .validation.bench import sweep_decode
 
-        rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")))
+        rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
+                            models=args.models.split(",") if args.models else None)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

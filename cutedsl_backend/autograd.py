@@ -58,6 +58,8 @@ def gemm_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: Op
             grad_b = _sum_to(op(a.transpose(-1, -2), gz, None, None, None, alpha, 1.0, None), b.shape)
         grad_b = grad_b.to(b.dtype)
     if needs[2] and bias is not None:
+        if bias.dim() == 2 and grad.dim() == 3 and bias.shape[0] == grad.shape[0] * grad.shape[1] != grad.shape[1]:
+            grad = grad.reshape(-1, grad.shape[-1])  # a row bias over the folded (L*M) rows
         grad_bias = _sum_to(grad, bias.shape if bias.dim() == 2 else (1, bias.shape[0])).reshape(bias.shape)
         grad_bias = grad_bias.to(bias.dtype)
     if needs[3] and residual is not None:

@@ -453,6 +453,15 @@ def _epilogue_views(bias, residual, scale_a, scale_b, problem):
             None if scale_b is None else scale_b.reshape(-1), res)
 
 
+def _batch_row_bias(a, b, bias):
+    """A per-row bias (M, 1) of each batch where (L, M, K) @ (K, N) runs as one (L*M, K) GEMM: the
+    bias repeated per batch (a copy of L*M values; differentiable, as torch broadcasts it)."""
+    if (bias is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 3
+            and b.dim() == 2 and a.shape[0] > 1 and tuple(bias.shape) == (a.shape[1], 1)):
+        return bias.repeat(a.shape[0], 1)
+    return bias
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
          activation: Optional[str] = None, residual: Optional[torch.Tensor] = None,
          alpha: float = 1.0, beta: float = 1.0, out_dtype: Optional[torch.dtype] = None,
@@ -466,8 +475,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     - layouts: each operand row- or column-major in its last two dims (any strides otherwise);
       every non-unit stride and the data pointers 16-byte aligned. The output is row-major.
     - ``bias``: (N,) per output column or (M, 1) per row (with a 3-D ``a`` and 2-D ``b`` also
-      (L*M, 1)), contiguous, dtype the output dtype or float32. ``residual``: (M, N) or (L, M, N), any strides, dtype the output dtype or float32;
-      with 16-byte aligned data, rows and batches it is loaded by TMA, otherwise gathered (slower).
+      (L*M, 1)), contiguous, dtype the output dtype or float32. ``residual``: (M, N) or
+      (L, M, N), any strides, dtype the output dtype or float32; with 16-byte aligned data,
+      rows and batches it is loaded by TMA, otherwise gathered (slower).
     - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
       torch.nn.functional. ``alpha``, ``beta``: Python floats.
     - device: CUDA tensors on an sm90 (Hopper) GPU.
@@ -483,11 +493,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     """
     from .autograd import GemmFunction, needs_autograd
 
-    if (bias is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 3
-            and b.dim() == 2 and a.shape[0] > 1 and tuple(bias.shape) == (a.shape[1], 1)):
-        # a per-row bias of each batch where (L, M, K) @ (K, N) runs as one (L*M, K) GEMM: the
-        # bias repeated per batch (a copy of L*M values; differentiable, as torch broadcasts it)
-        bias = bias.repeat(a.shape[0], 1)
+    bias = _batch_row_bias(a, b, bias)
     if needs_autograd(a, b, bias, residual):
         if out is not None:
             raise UnsupportedGemmError("out: not supported where an input requires grad (as in torch)")
@@ -595,8 +601,8 @@ def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = No
              residual: Optional[torch.Tensor] = None, activation: Optional[str] = None,
              alpha: float = 1.0, beta: float = 1.0, out_dtype: Optional[str] = None) -> torch.Tensor:
     # _run, not gemm: the op's autograd is registered below (gemm would wrap it a second time)
-    return _run(a, b, bias=bias, residual=residual, activation=activation, scale_a=None, scale_b=None,
-                alpha=alpha, beta=beta, out_dtype=_OUT_DTYPES[out_dtype], config=None, out=None)
+    return _run(a, b, bias=_batch_row_bias(a, b, bias), residual=residual, activation=activation, scale_a=None,
+                scale_b=None, alpha=alpha, beta=beta, out_dtype=_OUT_DTYPES[out_dtype], config=None, out=None)
 
 
 def _gemm_fake(a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0, out_dtype=None):

@@ -495,11 +495,25 @@ def decode_candidates(arch: str = "sm90a") -> list:
             for tn in DECODE_MODEL.widths for s in DECODE_MODEL.splits for r in (16, 32, 0)]
 
 
-def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None) -> list:
-    """Every decode candidate on every unique projection of the public models (bf16, nn.Linear
-    layout) at each M, next to cuBLAS, CUDA-graph device time: the data configs.DecodeModel is
-    fitted on. Logs per shape the model's pick's speed against the best candidate's; returns rows
-    {m, n, k, peer_ms, pick, times: {config name: ms}}."""
+def mid_candidates(arch: str = "sm90a") -> list:
+    """Configs for a few hundred tokens: 64- and 128-row tiles, with and without clusters and K slices."""
+    from ..configs import GemmConfig
+
+    out = [GemmConfig(64, tn, schedule="pingpong", splits=s, cluster_m=cm, arch=arch)
+           for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cm in (1, 2)]
+    out += [GemmConfig(128, tn, schedule="pingpong", splits=s, arch=arch) for tn in (64, 128) for s in (1, 2, 3)]
+    out += [GemmConfig(128, tn, splits=s, cluster_m=cl[0], cluster_n=cl[1], arch=arch)
+            for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cl in ((1, 1), (2, 1), (1, 2))]
+    out += [GemmConfig(256, 128, splits=s, arch=arch) for s in (1, 2)]
+    return out
+
+
+def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:
+    """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
+    :func:`mid_candidates`) on every unique projection of the public models (or of ``models``;
+    bf16, nn.Linear layout) at each M, next to cuBLAS, CUDA-graph device time: the data
+    configs.DecodeModel is fitted on. Logs per shape the default pick's speed against the best
+    candidate's; returns rows {m, n, k, peer_ms, pick, times: {config name: ms}}."""
     import torch
 
     import cutedsl_backend as cb
@@ -509,13 +523,13 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None) -> list:
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
-    cands = decode_candidates()
+    cands = decode_candidates() if space == "decode" else mid_candidates()
     probe = GemmProblem(8, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
     t0 = time.time()
     failed = {r[0] for r in precompile([(probe, c) for c in cands], workers) if r[2]}
     log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
     rows, picked, best = [], [], []
-    for proj in unique_shapes(MODEL_PROJECTIONS):
+    for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
         n, k = proj.n, proj.k
         w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
         for m in ms:
@@ -539,5 +553,5 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None) -> list:
             best.append(p / fastest)
             log(f"{m}x{n}x{k}: cuBLAS {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
                 f"best {min(times, key=times.get)} {best[-1]:.3f}x")
-    log(f"geomean vs cuBLAS: the model's picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    log(f"geomean vs cuBLAS: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
     return rows
