@@ -496,16 +496,10 @@ def decode_candidates(arch: str = "sm90a") -> list:
 
 
 def mid_candidates(arch: str = "sm90a") -> list:
-    """Configs for a few hundred tokens: 64- and 128-row tiles, with and without clusters and K slices."""
-    from ..configs import GemmConfig
+    """Configs for a few hundred tokens: configs.MidModel's candidates."""
+    from ..configs import MidModel
 
-    out = [GemmConfig(64, tn, schedule="pingpong", splits=s, cluster_m=cm, arch=arch)
-           for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cm in (1, 2)]
-    out += [GemmConfig(128, tn, schedule="pingpong", splits=s, arch=arch) for tn in (64, 128) for s in (1, 2, 3)]
-    out += [GemmConfig(128, tn, splits=s, cluster_m=cl[0], cluster_n=cl[1], arch=arch)
-            for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cl in ((1, 1), (2, 1), (1, 2))]
-    out += [GemmConfig(256, 128, splits=s, arch=arch) for s in (1, 2)]
-    return out
+    return MidModel.candidates(arch)
 
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:

@@ -110,3 +110,20 @@ def test_decode_choice_respects_the_epilogue():
                         bias_dtype="bfloat16", activation="silu")
     cfg = decode_choice(prob(8, 4096, 4096), epilogue=spec)
     check_config(cfg, prob(8, 4096, 4096), spec)
+
+
+def test_mid_choice_where_measured():
+    from cutedsl_backend.configs import MID_MODEL, MidModel, mid_choice
+
+    for m in (65, 128, 192, 512):
+        cfg = mid_choice(prob(m, 8192, 8192))
+        assert cfg in MidModel.candidates() and default_config(prob(m, 8192, 8192)) == cfg
+    assert mid_choice(prob(64, 8192, 8192)) is None and mid_choice(prob(513, 8192, 8192)) is None
+    assert mid_choice(prob(256, 8192, 8192, dtype="float8_e4m3fn")) is None  # measured on 16-bit only
+    assert mid_choice(prob(256, 8192, 8192, arch="sm100a")) is None
+    # the model: the same tile on more K per unit costs more; a split pays its reduction
+    p = prob(256, 8192, 8192)
+    c = GemmConfig(128, 128)
+    assert MID_MODEL.time_us(prob(256, 8192, 16384), c, 132) > MID_MODEL.time_us(p, c, 132)
+    spec = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=False, activation="gelu")
+    check_config(mid_choice(p, epilogue=spec), p, spec)
