@@ -1,4 +1,4 @@
-"""python -m cutedsl_backend {validate,bench,sweep-shapes,render-report,sweep,compile,info,...}"""
+"""python -m cutedsl_backend {validate,bench,sweep-shapes,sweep-decode,render-report,sweep,probe-*,compile,info,...}"""
 
 from __future__ import annotations
 
@@ -81,6 +81,21 @@ def main(argv=None) -> int:
                     help="the candidates: few-token (split-K, short A loads) or a few hundred tokens")
     sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     sd.add_argument("--json", help="write the rows here")
+    pp = sub.add_parser("probe-power", help="ours and the peers sustained: TFLOP/s, SM clock, board power, "
+                        "throttle reasons, tensor utilisation at that clock (where the time goes at the power cap)")
+    pp.add_argument("--seconds", type=float, default=3.0, help="per case and round")
+    pp.add_argument("--json", help="write the rows here")
+    pt = sub.add_parser("probe-tiles", help="tile/cluster candidates: numerics on tail shapes, then sustained "
+                        "against the defaults and the peers (clusters: 2x2; wide: 128x320)")
+    pt.add_argument("set", choices=["clusters", "wide"])
+    pt.add_argument("--seconds", type=float, default=2.0, help="per case and round")
+    pt.add_argument("--json", help="write the rows here")
+    pe = sub.add_parser("probe-epilogue", help="interleaved A/B of the fused residual epilogue across configs "
+                        "(4096x14336x4096 bf16) against cuBLAS, torch.addmm and eager")
+    pe.add_argument("--rounds", type=int, default=5)
+    pe.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
+    sub.add_parser("probe-workers", help="how starting the compile worker pool slows the compiling process "
+                   "(CPU only; compare CUTEDSL_WORKER_FORK=1 and 0)")
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
     rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
@@ -104,6 +119,25 @@ def main(argv=None) -> int:
     v.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
     args = ap.parse_args(argv)
 
+    if args.cmd in ("probe-power", "probe-tiles"):
+        from .validation import probes
+
+        rows = (probes.run_cases(probes.power_cases(), args.seconds) if args.cmd == "probe-power"
+                else probes.tile_ab(args.set, args.seconds))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0 if rows else 1
+    if args.cmd == "probe-epilogue":
+        from .validation.probes import epilogue_ab
+
+        epilogue_ab(args.rounds, args.configs or None)
+        return 0
+    if args.cmd == "probe-workers":
+        from .validation.probes import worker_pool_contention
+
+        worker_pool_contention()
+        return 0
     if args.cmd == "sweep-decode":
         from .validation.bench import sweep_decode
 

@@ -524,7 +524,7 @@ def wave_efficiency(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -
     return problem.m * problem.n * problem.batch / (waves * num_sms * cfg.tile_m * cfg.tile_n)
 
 
-# Measured on the H200 (`scripts/tile_ab.py wide`, sustained at the power cap, B K-major):
+# Measured on the H200 (`python -m cutedsl_backend probe-tiles wide`, sustained at the power cap, B K-major):
 # 128x320 c2x1 (two 160-wide WGMMAs per k-block) did per wave slot what 128x256 c2x1 did, so the
 # one that fills its waves better won: 4096x14336x4096 +1.2 to +2.0% (bf16, fp8 fast tensorwise and
 # rowwise; wave efficiency 0.987 against 0.970); 8192^3 -0.4 to -1.1% (0.955 against 0.970);
@@ -577,7 +577,7 @@ def tuned_choice(problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
 # epilogue is not overlapped with any mainloop, so there ping-pong wins: 4096x14336x4096 bf16
 # ping-pong 128x128 c2x1 0.770 ms against the cooperative 128x256 c2x1's 0.823
 # (bare GEMM 0.712). A TMA-loaded residual takes the heuristic's cooperative pick: a
-# sweep and interleaved A/B (scripts/epilogue_ab.py) measured it 1.0-1.3% faster than ping-pong.
+# sweep and interleaved A/B (`python -m cutedsl_backend probe-epilogue`) measured it 1.0-1.3% faster than ping-pong.
 # Precise fp8 (`sweep-fp8 --modes precise`): the one-partial cooperative 128x192
 # c2x1 was the fastest config at 8192^3 (tensorwise 0.914 ms, rowwise 0.964; the best two-partial
 # tile, 128x128 c2x1, 0.932 / 0.992) and tied or fastest at 4096x14336x4096 (0.422 / 0.447 against

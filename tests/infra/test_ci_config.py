@@ -130,3 +130,16 @@ def test_every_gpu_test_belongs_to_one_nox_gpu_cell():
         for dtype, family in GPU_TEST_CELLS:
             seen += collected("--arch-filter", arch, "--dtype-filter", dtype, "--epilogue-filter", family)
     assert sorted(seen) == sorted(everything)
+
+
+@pytest.mark.parametrize("cmd", ["probe-power", "probe-tiles", "probe-epilogue", "probe-workers", "sweep-decode",
+                                 "sweep-shapes", "render-report"])
+def test_measuring_commands_have_help(cmd, capsys):
+    """The probes and sweeps behind config choices are CLI commands with --help (no loose scripts)."""
+    from cutedsl_backend.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main([cmd, "--help"])
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+    assert not (ROOT / "scripts").exists()
