@@ -22,7 +22,7 @@ from torch._inductor.choices import InductorChoices
 from .. import compiler
 from ..problem import dtype_name
 from . import decisions, ops
-from .eligibility import Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
+from .eligibility import DISPATCH, Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
 from .state import NO_PLAIN_CANDIDATES, STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
@@ -92,14 +92,30 @@ def bind(offer: Offer, kind: tuple, input_nodes: list, layout, kwargs: dict, ord
     maps them to our op's. Their compiles start now in worker processes. ``decision``: the
     decision-cache key the feedback saver files their timings under."""
     choice = extern_choice(kind, order)
+    if offer.dynamic:
+        # a symbolic extent: one choice, the per-call dispatcher (benchmarked at the hint like any
+        # choice); a config frozen at the hint would serve every M
+        caller = choice.bind(input_nodes, layout, **kwargs, kernel_config=DISPATCH)
+        caller.description = "cutedsl per-call dispatch (dynamic shape)"
+        caller.cutedsl_decision, caller.cutedsl_config = decision, DISPATCH
+        precompile_offer(offer)
+        return [caller]
     out = []
     for cfg in offer.configs:
         caller = choice.bind(input_nodes, layout, **kwargs, kernel_config=cfg.name)
         caller.description = f"cutedsl {cfg.name}"  # the AUTOTUNE table prints it
         caller.cutedsl_decision, caller.cutedsl_config = decision, cfg.name
         out.append(caller)
-        compiler.precompile_async(offer.problem, cfg, offer.epilogue)
+    precompile_offer(offer)
     return out
+
+
+def precompile_offer(offer: Offer) -> None:
+    """Start the compiles an offer's choices will need, in worker processes: its configs, or for a
+    dynamic offer the dispatcher's picks over the token range (Offer.dispatch_buckets)."""
+    pairs = offer.dispatch_buckets() if offer.dynamic else [(offer.problem, cfg) for cfg in offer.configs]
+    for problem, cfg in pairs:
+        compiler.precompile_async(problem, cfg, offer.epilogue)
 
 
 def offer_for(what: str, tensors: dict, to_operand, device, sizes: Sizes, *, out_dtype=None,

@@ -122,7 +122,7 @@ def narrow(offer, k: str) -> tuple:
     install_feedback_saver()
     entry = get(k)
     v = verdict(entry)
-    if entry is not None and v in ("won", "close"):
+    if entry is not None and v in ("won", "close") and not offer.dynamic:  # a dynamic offer is one choice
         try:
             cfg = GemmConfig.from_name(entry["config"])
         except ValueError:

@@ -45,12 +45,39 @@ class Operand:
 
 @dataclass(frozen=True)
 class Offer:
+    """What we offer for one GEMM: the problem at the size hints, its epilogue, the configs ranked
+    for the hint (best first), and whether any extent is dynamic (symbolic): then the offer is the
+    per-call dispatcher (:data:`DISPATCH`), which picks the config from the runtime shape."""
+
     problem: GemmProblem
     epilogue: EpilogueSpec
     configs: tuple  # GemmConfig, best first
+    dynamic: bool = False
+
+    def dispatch_buckets(self) -> list:
+        """(problem, config) of each config the per-call dispatcher picks over the token range (M
+        from 1 to 16384 at the hint's N, K and batch): the kernels worth compiling ahead of the
+        first calls (kernels are shape-generic: one per config serves its whole bucket)."""
+        import dataclasses
+
+        from ..configs import default_config
+
+        picks: dict = {}
+        for m in DISPATCH_BUCKETS_M:
+            problem = dataclasses.replace(self.problem, m=m)
+            try:
+                picks.setdefault(default_config(problem, epilogue=self.epilogue), problem)
+            except UnsupportedGemmError:
+                continue
+        return [(problem, cfg) for cfg, problem in picks.items()]
 
     def describe(self) -> str:
         return f"{self.problem.describe()} epilogue={self.epilogue.describe()}"
+
+
+# the kernel_config of the per-call dispatcher (the eager API's config choice from the runtime shape)
+DISPATCH = "dispatch"
+DISPATCH_BUCKETS_M = (1, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096, 16384)
 
 
 class Sizes:
@@ -77,6 +104,10 @@ class Sizes:
         from torch.fx.experimental.symbolic_shapes import statically_known_true
 
         return bool(statically_known_true(x % k == 0))
+
+    def is_static(self, x) -> bool:
+        """True when ``x`` is a plain integer (no free symbols)."""
+        return isinstance(x, int) or not getattr(x, "free_symbols", ())
 
     def equals(self, x, v: int) -> bool:
         if isinstance(x, int):
@@ -219,7 +250,8 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     configs = diverse(rank_configs(problem, num_sms=num_sms, epilogue=spec), top_k)
     if not configs:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
-    return Offer(problem, spec, tuple(configs))
+    extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
+    return Offer(problem, spec, tuple(configs), dynamic=not all(sizes.is_static(x) for x in extents))
 
 
 def _residual_aligned(residual: Operand, gemm_dim: int, sizes: Sizes) -> bool:

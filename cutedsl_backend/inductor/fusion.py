@@ -353,10 +353,9 @@ def _narrow(chain: Chain, offer) -> tuple:
 def _precompile(offer) -> None:
     """Start the fused kernel's compiles now, in worker processes: the lowering that benchmarks
     them comes later in this compile (keys match: same problem, epilogue and configs)."""
-    from .. import compiler
+    from .choices import precompile_offer
 
-    for cfg in offer.configs:
-        compiler.precompile_async(offer.problem, cfg, offer.epilogue)
+    precompile_offer(offer)
 
 
 def _replace(graph: Graph, chain: Chain) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from ..configs import GemmConfig
 from ..problem import UnsupportedGemmError
+from .eligibility import DISPATCH
 
 log = logging.getLogger("cutedsl_backend.inductor")
 
@@ -62,7 +63,8 @@ def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, 
 
     scaled, has_bias, has_res = kind
     named = dict(zip(tensor_names(*kind)[2:], tensors))
-    config = _config(kernel_config) if kernel_config else None
+    # "" (not chosen yet) and DISPATCH: the eager API's per-call choice from the runtime shape
+    config = _config(kernel_config) if kernel_config and kernel_config != DISPATCH else None
     if config is not None and config.a_rows:
         # chosen at the autotune hint; under a dynamic M a call may have more rows than it loads
         rows = a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1])

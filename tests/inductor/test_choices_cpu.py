@@ -93,7 +93,7 @@ def test_dynamic_m_is_offered(inductor, feedback):
             x = rand(m, 128)
             torch._dynamo.mark_dynamic(x, 0)
             assert_close(fn(x, w), x.double() @ w.double().t(), 128)
-    assert feedback.ours("mm"), feedback.rounds
+    # one choice (the per-call dispatcher), so forced, Inductor does not benchmark: it just runs
     assert {c[1] for c in CALLS if c[0] == "gemm_ab"}, CALLS
 
 
@@ -122,3 +122,37 @@ def test_op_falls_back_to_torch_with_a_logged_warning(caplog):
     assert iops.fallback_count == before + 1
     assert any("device" in r.getMessage() and "unfused torch ops" in r.getMessage() for r in caplog.records)
     torch.testing.assert_close(out, torch.relu(torch.addmm(bias, a, b)))
+
+
+def test_dynamic_m_runs_the_per_call_dispatcher(inductor, feedback):
+    """A symbolic M gets one choice, the per-call dispatcher: the generated code names no config
+    frozen at the hint (kernel_config="dispatch"), and each call's config comes from its own M."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.inductor.eligibility import DISPATCH
+    from cutedsl_backend.problem import GemmProblem
+
+    w = rand(96, 128)
+    fn = torch.compile(lambda x, w: x @ w.t(), mode="max-autotune-no-cudagraphs")
+    with forced_ours():
+        for m in (40, 72, 300):
+            x = rand(m, 128)
+            torch._dynamo.mark_dynamic(x, 0)
+            assert_close(fn(x, w), x.double() @ w.double().t(), 128)
+    configs = [c[1] for c in CALLS if c[0] == "gemm_ab"]
+    assert configs and set(configs) == {DISPATCH}, CALLS
+    # what the dispatcher runs differs by M (decode vs mid-size picks)
+    picks = {default_config(GemmProblem(m, 96, 128, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")) for m in (40, 300)}
+    assert len(picks) == 2
+
+
+def test_dispatch_buckets_cover_the_token_range():
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.inductor.eligibility import DISPATCH_BUCKETS_M, Offer
+    from cutedsl_backend.problem import GemmProblem
+
+    offer = Offer(GemmProblem(40, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), EpilogueSpec(), (),
+                  dynamic=True)
+    pairs = offer.dispatch_buckets()
+    assert 3 <= len(pairs) <= len(DISPATCH_BUCKETS_M)
+    assert any(c.splits > 1 or c.a_rows for _, c in pairs)  # decode buckets
+    assert any(p.m >= 1024 for p, _ in pairs)  # prefill buckets
