@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     bi.add_argument("--rounds", type=int, default=1,
                     help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
+    bi.add_argument("--dynamic", metavar="MS", help="instead: a SiLU MLP compiled once with dynamic=True and run "
+                    "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us")
     bi.add_argument("--json")
     ss = sub.add_parser("sweep-shapes", help="model projections x the whole M range vs the peer (the perf gate)")
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
@@ -215,6 +217,15 @@ def main(argv=None) -> int:
         from .validation.bench_inductor import bench_inductor, bench_inductor_isolated
 
         blocks = tuple(args.blocks.split(","))
+        if args.dynamic:
+            from .validation.bench_inductor import bench_inductor_dynamic
+
+            rows = bench_inductor_dynamic(tuple(int(m) for m in args.dynamic.split(",")), args.d, args.hidden,
+                                          args.dtype)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+            return 0
         if not args.isolated and (args.rounds != 1 or args.rows):
             bi.error("--rounds and --rows need --isolated")
         if args.rounds < 1:

@@ -338,3 +338,79 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
                         f"{max(r['compile_ratio_vs_aten_triton'] for r in mine):.2f}x)")
         rows += block_rows
     return rows
+
+
+def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
+                           variants=("aten+triton", "cutedsl cold"), log=print,
+                           kernel_dir: Optional[str] = None) -> list:
+    """A SiLU MLP (``x + down(silu(up(x)))``, d -> hidden -> d) compiled once with
+    ``torch.compile(mode="max-autotune", dynamic=True)`` per variant (fresh Inductor cache), then run
+    at every M of ``ms``: the compile + autotune time of the first call, and per M the median time
+    per call (do_bench over the compiled module) and the error against float64. Rows per variant
+    with ``speedup_vs_aten_triton`` per M for ours."""
+    import torch
+    import torch._dynamo
+    import torch.nn as nn
+    from torch._inductor.utils import fresh_cache
+
+    import cutedsl_backend.inductor as cbi
+    from cutedsl_backend.inductor import ops as iops
+
+    from .bench import _median_ms
+
+    dt = getattr(torch, dtype)
+
+    class SiluMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+        def forward(self, x):
+            return x + self.down(nn.functional.silu(self.up(x)))
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    mod = SiluMLP().to("cuda", dt).eval()
+    for p in mod.parameters():
+        p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
+    xs = {m: torch.randn(m, d, device="cuda", generator=g).to(dt) for m in ms}
+    kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
+    rows, base = [], None
+    for variant in variants:
+        os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
+        _clear_our_memory_caches()
+        torch._dynamo.reset()
+        fallbacks0 = iops.fallback_count
+        per_m = {}
+        try:
+            with fresh_cache(), torch.no_grad():
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                if variant != "aten+triton":
+                    cbi.enable()
+                compiled = torch.compile(mod, mode="max-autotune", dynamic=True)
+                compiled(xs[ms[0]])
+                torch.cuda.synchronize()
+                compile_s = time.perf_counter() - t0
+                for m, x in xs.items():
+                    out = compiled(x).clone()
+                    for _ in range(3):
+                        compiled(x)
+                    ref = mod.double()(x.double())
+                    mod.to(dt)
+                    per_m[m] = {"ms": _median_ms(lambda: compiled(x), warmup=25, rep=200),
+                                "rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
+        finally:
+            cbi.disable()
+        row = {"block": "silu_mlp_dynamic", "variant": variant, "compile_s": compile_s, "per_m": per_m,
+               "runtime_fallbacks": iops.fallback_count - fallbacks0}
+        if variant == "aten+triton":
+            base = row
+        elif base is not None:
+            row["compile_ratio_vs_aten_triton"] = compile_s / base["compile_s"]
+            for m in ms:
+                per_m[m]["speedup_vs_aten_triton"] = base["per_m"][m]["ms"] / per_m[m]["ms"]
+        log(f"silu_mlp dynamic {variant:14s} compile {compile_s:7.2f} s  " + "  ".join(
+            f"M={m}: {v['ms']:.4f} ms" + (f" ({v['speedup_vs_aten_triton']:.3f}x)" if "speedup_vs_aten_triton" in v
+                                          else "") for m, v in per_m.items()))
+        rows.append(row)
+    return rows
