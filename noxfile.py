@@ -21,6 +21,7 @@ import sys
 import nox
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cutedsl_backend.validation.gpus import xdist_workers  # noqa: E402  (pure Python)
 from cutedsl_backend.validation.matrix import GPU_TEST_CELLS  # noqa: E402  (pure Python: the one matrix)
 
 nox.options.default_venv_backend = "venv"
@@ -35,7 +36,8 @@ DSL_NEWEST = "4.8.1"
 DSL_OLDEST = "4.8.0"
 # matplotlib draws the report's charts (validate, render-report and the report tests)
 REPORT_DEPS = ["matplotlib>=3.7"]
-TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "pytest-cov>=5", "coverage>=7", "nox", "pyyaml", *REPORT_DEPS]
+# the test runner and its plugins: requirements/test.txt, the list the GPU image installs too
+TEST_DEPS = ["-r", "requirements/test.txt"]
 ARCHS = ["sm90a", "sm100a"]
 
 
@@ -108,8 +110,10 @@ def gpu(session: nox.Session, arch: str, dtype: str, epilogue: str) -> None:
     require = "--require-gpu" in session.posargs
     env = {"CUTEDSL_REQUIRE_GPU": arch[:-1]} if require else {}
     tests_dir = "tests/gpu"
+    # one worker per GPU on a multi-GPU host (each pinned to its GPU: tests/conftest.py), work stealing
+    workers = xdist_workers(int(os.environ.get("CUTEDSL_TEST_WORKERS", "8")))
     session.run("python", "-m", "pytest", tests_dir, "-q", "-rs", "-m", "gpu",
-                "-n", os.environ.get("CUTEDSL_TEST_WORKERS", "8"), "-p", "no:cacheprovider",
+                "-n", str(workers), "--dist", "worksteal", "-p", "no:cacheprovider",
                 "--arch-filter", arch[:-1], "--dtype-filter", dtype, "--epilogue-filter", epilogue, env=env)
 
 

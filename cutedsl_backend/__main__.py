@@ -112,11 +112,14 @@ def main(argv=None) -> int:
     mr = sub.add_parser("merge-reports", help="merge report.json files into one report")
     mr.add_argument("out")
     mr.add_argument("reports", nargs="+")
+    mr.add_argument("--expect", default="", help="archs whose GPU cells must have run in some part "
+                    "(comma-separated, e.g. sm90a,sm100a); the merged report fails otherwise")
     v = sub.add_parser("validate", help="the validation run: compile matrix + GPU cells + report")
     v.add_argument("--tag", default="quick", choices=["quick", "standard", "full"])
     v.add_argument("--arch", default="sm90a,sm100a")
     v.add_argument("--out", default="reports")
-    v.add_argument("--require-gpu", action="store_true")
+    v.add_argument("--require-gpu", nargs="?", const="all", default=None, metavar="ARCHS",
+                   help="fail unless the GPU cells of these archs ran (comma-separated; bare: every --arch)")
     v.add_argument("--workers", type=int, default=0)
     v.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
     args = ap.parse_args(argv)
@@ -283,7 +286,7 @@ def main(argv=None) -> int:
     if args.cmd == "merge-reports":
         from .validation.report import merge_reports
 
-        return merge_reports(args.out, args.reports)
+        return merge_reports(args.out, args.reports, [x for x in args.expect.split(",") if x])
     if args.cmd == "info":
         from .validation.environment import environment
 
@@ -293,7 +296,9 @@ def main(argv=None) -> int:
         from .validation.runner import run_validation
 
         return run_validation(tag=args.tag, archs=args.arch.split(","), out_root=args.out,
-                              require_gpu=args.require_gpu, workers=args.workers,
+                              require_gpu=(True if args.require_gpu == "all" else
+                                           [x for x in (args.require_gpu or "").split(",") if x]),
+                              workers=args.workers,
                               compile_only=args.compile_only)
     return 2
 

@@ -8,6 +8,7 @@ and metadata beside it; a corrupt or unreadable entry is dropped and recompiled.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -60,6 +61,49 @@ def cache_dir() -> Path:
     """$CUTEDSL_BACKEND_CACHE_DIR, else ~/.cache/cutedsl_backend."""
     d = os.environ.get("CUTEDSL_BACKEND_CACHE_DIR")
     return Path(d) if d else Path.home() / ".cache" / "cutedsl_backend"
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) readable and writable by this user only."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+
+
+def untrusted_reason(path: Path) -> Optional[str]:
+    """Why ``path`` (a cache directory or file, which must exist) cannot be trusted to hold native
+    code this process links in: owned by another user, or writable by group or others (anyone who
+    can write it could run code in this process). None when it can be trusted."""
+    import stat
+
+    st = path.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not this user ({os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _cache_untrusted(*paths: Path) -> Optional[str]:
+    """The first reason (untrusted_reason) among the cache root and ``paths``; logged once per reason."""
+    for p in (cache_dir(),) + paths:
+        why = untrusted_reason(p) if p.exists() else None
+        if why:
+            if why not in _UNTRUSTED_LOGGED:
+                _UNTRUSTED_LOGGED.add(why)
+                log.warning("cutedsl: not using the kernel disk cache: %s", why)
+            return why
+    return None
+
+
+_UNTRUSTED_LOGGED: set = set()
 
 
 @functools.lru_cache(None)
@@ -421,6 +465,31 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) ->
     return CompiledGemm(problem, cfg, epilogue, key, seconds, bytes(cubin), _fn=fn)
 
 
+@contextlib.contextmanager
+def _key_lock(key: str):
+    """Exclusive per-key lock over the disk cache (an flock on ``<cache>/<dsl>/<key>.lock``: other
+    threads and processes compiling the same key wait here). Without a usable cache directory
+    (or without a driver: nothing is stored then) it does not lock."""
+    if not driver_available():
+        yield
+        return
+    lock_path = cache_dir() / dsl_version() / f"{key}.lock"
+    try:
+        _private_dir(lock_path.parent)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        log.info("cutedsl: no compile lock for %s (%s)", key, e)
+        yield
+        return
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _disk_paths(key: str) -> tuple[Path, Path, Path]:
     d = cache_dir() / dsl_version() / key
     return d / "kernel.o", d / "kernel.cubin", d / "meta.json"
@@ -431,6 +500,8 @@ def _load_from_disk(problem, cfg, epilogue, key) -> Optional[CompiledGemm]:
         return None
     obj, cub, meta = _disk_paths(key)
     if not (obj.exists() and cub.exists() and meta.exists()):
+        return None
+    if _cache_untrusted(obj.parent.parent, obj.parent, obj):
         return None
     try:
         import cutlass.cute as cute
@@ -468,20 +539,30 @@ def _store_to_disk(cg: CompiledGemm) -> None:
     if not driver_available():
         return
     obj, cub, meta = _disk_paths(cg.key)
+    created = not obj.parent.exists()
+    temps: list = []
     try:
-        obj.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(obj.parent)
+        if _cache_untrusted(obj.parent.parent, obj.parent):
+            return
         data = cg._fn.dump_to_object("gemm_" + cg.key)
-        # write to temp names then rename, so a crash never leaves a half-written entry
-        for path, payload in ((obj, data), (cub, cg.cubin)):
-            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-            tmp.write_bytes(payload)
-            tmp.replace(path)
-        tmp = meta.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": cg.key, "compile_seconds": cg.compile_seconds,
-                                   "config": cg.config.name, "problem": cg.problem.describe()}))
-        tmp.replace(meta)
+        info = json.dumps({"key": cg.key, "compile_seconds": cg.compile_seconds, "config": cg.config.name,
+                           "problem": cg.problem.describe()}).encode()
+        # unique temp names (threads and processes may write the same entry), then renames, meta
+        # last: a crash never leaves an entry that looks complete
+        for path, payload in ((obj, data), (cub, cg.cubin), (meta, info)):
+            fd, tmp = tempfile.mkstemp(dir=obj.parent, prefix=path.name + ".", suffix=".tmp")
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, path)
     except Exception as e:
         log.warning("could not write cache entry %s: %s", obj.parent, e)
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if created and not meta.exists():
+            shutil.rmtree(obj.parent, ignore_errors=True)
 
 
 def _resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
@@ -517,10 +598,17 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
         STATS["waited_s"] += time.perf_counter() - t0
         cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
-        cg = _compile_fresh(problem, cfg, epilogue, key)
-        STATS["compiled"] += 1
-        if use_disk_cache:
-            _store_to_disk(cg)
+        # one compile per key across threads and processes sharing the cache: the others wait,
+        # then load what it stored
+        with _key_lock(key) if use_disk_cache else contextlib.nullcontext():
+            cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
+            if cg is None:
+                cg = _compile_fresh(problem, cfg, epilogue, key)
+                STATS["compiled"] += 1
+                if use_disk_cache:
+                    _store_to_disk(cg)
+            else:
+                STATS["loaded"] += 1
     else:
         STATS["loaded"] += 1
     STATS["get_kernel_s"] += time.perf_counter() - t0
@@ -615,6 +703,7 @@ class _Worker:
     forked: bool
     alive: Any  # () -> bool
     close: Any  # () -> None
+    kill: Any = None  # () -> None: ends the process (a worker that stopped answering)
 
 
 class _WorkerPool:
@@ -650,7 +739,7 @@ class _WorkerPool:
         """A fresh worker subprocess."""
         proc = self._start(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return _Worker(proc.stdin, proc.stdout, False, lambda: proc.poll() is None,
-                       lambda: _close_quietly(proc.stdin, proc.stdout))
+                       lambda: _close_quietly(proc.stdin, proc.stdout), proc.kill)
 
     def _start_zygote(self):
         """Start the zygote and wait for its word that it can fork (sent once its DSL import is
@@ -706,7 +795,18 @@ class _WorkerPool:
             self._sockets.discard(conn)
             _close_quietly(jobs, replies, conn)  # the socket closes with its last file
 
-        return _Worker(jobs, replies, True, alive, close)
+        worker = _Worker(jobs, replies, True, alive, close)
+        # its pid (a "ping" job), so a worker that stops answering can be ended
+        import pickle
+
+        pickle.dump(("ping",), jobs)
+        jobs.flush()
+        if not _readable(replies, 60.0):
+            close()
+            raise OSError("a forked compile worker did not answer its first ping")
+        ok, (pid, _ppid) = pickle.load(replies)
+        worker.kill = functools.partial(_kill_quietly, pid)
+        return worker
 
     def _zygote_gone(self) -> bool:
         """Whether the zygote has exited (waiting a moment: a worker's death may precede its own)."""
@@ -744,6 +844,12 @@ class _WorkerPool:
                         worker = self._new_worker()
                     pickle.dump(job, worker.jobs)
                     worker.jobs.flush()
+                    timeout = compile_timeout_s()
+                    if not _readable(worker.replies, timeout):
+                        # stopped or hung: end it, fail this job (the caller compiles in its own
+                        # process), and start a new worker for the next one
+                        worker.kill()
+                        raise TimeoutError(f"no reply within {timeout:g} s ($CUTEDSL_COMPILE_TIMEOUT_S)")
                     ok, value = pickle.load(worker.replies)
                     break
                 except Exception as e:  # the worker died: the job fails, the next one starts a new worker
@@ -761,6 +867,27 @@ class _WorkerPool:
                 fut.set_result(value)
             else:
                 fut.set_exception(value if isinstance(value, BaseException) else RuntimeError(str(value)))
+
+
+def compile_timeout_s() -> float:
+    """How long a compile worker may take to answer one job ($CUTEDSL_COMPILE_TIMEOUT_S, default
+    300; a compile takes seconds) before it is ended and the job fails."""
+    return float(os.environ.get("CUTEDSL_COMPILE_TIMEOUT_S", "300"))
+
+
+def _readable(stream, timeout: float) -> bool:
+    """Whether ``stream`` (a worker's replies) has data (or its end) within ``timeout`` seconds.
+    Its read buffer is empty here: one reply is in flight per job, and it was read whole."""
+    import select
+
+    return bool(select.select([stream], [], [], timeout)[0])
+
+
+def _kill_quietly(pid: int) -> None:
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _pool() -> Optional[_WorkerPool]:

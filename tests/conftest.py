@@ -6,6 +6,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cutedsl_backend.validation.gpus import pin_xdist_worker  # noqa: E402
+
+# one GPU per xdist worker on a multi-GPU host, before anything below initialises CUDA
+PINNED_GPU = pin_xdist_worker()
+
 
 def _gpu_arch():
     try:

@@ -55,8 +55,16 @@ def markdown(report: dict) -> str:
            f"{c['skip']} skipped ({s['seconds']} s, tag `{s['tag']}`)", "",
            f"Machine: {env.get('gpu', 'no GPU')}; torch {env.get('torch')}; "
            f"nvidia-cutlass-dsl {env.get('nvidia_cutlass_dsl')}; python {env.get('python')}", ""]
-    if s.get("gpu_required_but_missing"):
-        out += ["**GPU required but not present: no GPU cell ran.**", ""]
+    missing = s.get("gpu_required_but_missing")
+    if missing:
+        archs = ", ".join(missing) if isinstance(missing, list) else "any arch"
+        out += [f"**GPU required but not run for: {archs}.**", ""]
+    if s.get("architectures"):
+        out += ["## Architectures", "", "| arch | GPU cells passed | failed | not run | why not run |",
+                "|---|---|---|---|---|"]
+        for arch, a in s["architectures"].items():
+            out.append(f"| {arch} | {a['pass']} | {a['fail']} | {a['skip']} | {a['why_not_run'] or '-'} |")
+        out.append("")
     out += ["## Cells by gate", "", "| arch | gate | pass | fail | skip |", "|---|---|---|---|---|"]
     agg = defaultdict(Counter)
     for r in res:
@@ -111,10 +119,23 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def merge_reports(out_dir, report_paths) -> int:
-    """One report from several (a release: one per GPU kind); fails if any part failed."""
-    from collections import Counter
+def architectures(results: list, expected) -> dict:
+    """Per arch (``expected`` ones first): its GPU cells passed / failed / not run, and why not
+    (the skip reasons), from merged results."""
+    out: dict = {}
+    for arch in list(expected) + sorted({r["cell"].get("arch") for r in results} - set(expected) - {None}):
+        gpu = [r for r in results if r["gate"] == "gpu" and r["cell"].get("arch") == arch]
+        c = Counter(r["status"] for r in gpu)
+        ran = c["pass"] + c["fail"] > 0
+        reasons = sorted({r.get("reason", "") for r in gpu if r["status"] == "skip"})
+        out[arch] = {"pass": c["pass"], "fail": c["fail"], "skip": c["skip"], "gpu_ran": ran,
+                     "why_not_run": "" if ran else ("; ".join(reasons) or "no report of this arch")}
+    return out
 
+
+def merge_reports(out_dir, report_paths, expect=()) -> int:
+    """One report from several (a release: one per GPU kind); fails if any part failed or an
+    arch of ``expect`` ran no GPU cell in any part (its front page lists, per arch, what ran)."""
     parts = [json.loads(Path(p).read_text()) for p in report_paths]
     results = [r | {"run": p["summary"]["run_id"]} for p in parts for r in p["results"]]
     skips = Counter(r["reason"] for r in results if r["status"] == "skip")
@@ -124,14 +145,17 @@ def merge_reports(out_dir, report_paths) -> int:
     for p in parts:
         for k, v in p["summary"]["budgets"]["configs"].items():
             budgets["configs"][f"{p['summary']['run_id']}:{k}"] = v
-    ok = all(p["summary"]["ok"] for p in parts)
+    archs = architectures(results, expect)
+    missing = [a for a in expect if not archs[a]["gpu_ran"]]
+    ok = all(p["summary"]["ok"] for p in parts) and not missing
     merged = {
         "schema": 1,
         "summary": {"run_id": "merged-" + "+".join(p["summary"]["run_id"] for p in parts),
                     "tag": ",".join(sorted({p["summary"]["tag"] for p in parts})),
                     "seconds": round(sum(p["summary"]["seconds"] for p in parts), 1),
                     "counts": dict(Counter(r["status"] for r in results)), "skips_by_reason": dict(skips),
-                    "budgets": budgets, "ok": ok, "parts": [p["summary"] for p in parts]},
+                    "budgets": budgets, "ok": ok, "parts": [p["summary"] for p in parts],
+                    "architectures": archs, "gpu_required_but_missing": missing},
         "environment": {"parts": [p["environment"] for p in parts],
                         "gpu": ", ".join(str(p["environment"].get("gpu", "no GPU")) for p in parts)},
         "results": results,

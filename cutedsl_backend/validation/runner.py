@@ -17,6 +17,7 @@ from .environment import environment, gpu_arch, gpu_description
 from .matrix import GPU_SHAPES, Cell, cells, unbuilt_archs
 from .mutants import run_mutants, sass_gate_problems
 from .report import write_reports
+from .seeds import stable_seed
 
 
 def compile_gate(cell: Cell) -> dict:
@@ -72,7 +73,7 @@ def gpu_gate(cell: Cell, shapes) -> dict:
         for (L, M, N, K) in shapes:
             dt = getattr(torch, cell.dtype)
             od = getattr(torch, cell.out_dtype)
-            g = torch.Generator(device="cuda").manual_seed(hash((cell.id, M, N, K)) % 2**31)
+            g = torch.Generator(device="cuda").manual_seed(stable_seed(cell.id, M, N, K))
             if cell.dtype.startswith("float8"):
                 m = _fp8_cell(cell, spec, g, M, N, K)
                 res["shapes"].append(m)
@@ -153,6 +154,12 @@ def _progress(i, n, t0, what):
     el = time.time() - t0
     eta = el / max(i, 1) * (n - i)
     print(f"[{what}] {i}/{n} done, {el:.0f}s elapsed, ~{eta:.0f}s left", file=sys.stderr, flush=True)
+
+
+def gpu_archs_missing(results: list, required) -> list:
+    """The archs of ``required`` none of whose GPU cells ran (all skipped or absent)."""
+    ran = {r["cell"].get("arch") for r in results if r["gate"] == "gpu" and r["status"] != "skip"}
+    return [a for a in required if a not in ran]
 
 
 def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", require_gpu=False,
@@ -243,7 +250,9 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
     skips = Counter(r["reason"] for r in results if r["status"] == "skip")
     fails = [r for r in results if r["status"] == "fail"]
     budget_fail = not budget_report["ok"]
-    gpu_missing = require_gpu and not any(r["gate"] == "gpu" and r["status"] != "skip" for r in results)
+    # --require-gpu: every required arch must have run GPU cells (not one arch for all of them)
+    required = list(archs) if require_gpu is True else list(require_gpu or ())
+    gpu_missing = gpu_archs_missing(results, required)
     summary = {
         "run_id": run_id, "tag": tag, "archs": list(archs), "seconds": round(time.time() - t_start, 1),
         "counts": dict(counts), "skips_by_reason": dict(skips), "budgets": budget_report,

@@ -40,10 +40,11 @@ def test_workflows_exist():
 def test_every_nox_session_called_exists():
     sessions = nox_sessions()
     called = []
-    for p in WORKFLOWS:
-        for _, _, step in steps(load(p)):
-            for m in re.finditer(r"nox (?:--no-venv )?-s \"?([a-z_]+)", step.get("run", "")):
-                called.append(m.group(1))
+    runs = [step.get("run", "") for p in WORKFLOWS for _, _, step in steps(load(p))]
+    runs += [p.read_text() for p in (ROOT / ".github" / "scripts").glob("*.sh")]  # the job scripts
+    for run in runs:
+        for m in re.finditer(r"nox (?:--no-venv )?-s \"?([a-z_]+)", run):
+            called.append(m.group(1))
     assert called, "the workflows call no nox session"
     for c in called:
         assert c in sessions, f"workflow calls nox session {c!r}, which the noxfile lacks"
@@ -143,3 +144,41 @@ def test_measuring_commands_have_help(cmd, capsys):
     assert e.value.code == 0
     assert "usage:" in capsys.readouterr().out
     assert not (ROOT / "scripts").exists()
+
+
+def _gpu_matrix_module():
+    from importlib import util
+
+    spec = util.spec_from_file_location("gpu_matrix", ROOT / ".github" / "scripts" / "gpu_matrix.py")
+    mod = util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_matrix_runs_only_the_kinds_with_runners_and_names_the_rest():
+    mod = _gpu_matrix_module()
+    sessions = [{"session": f"gpu(dtype='bfloat16', epilogue='none', arch='{a}')", "tags": ["gpu"]}
+                for a in ("sm90a", "sm100a")] + [{"session": "bench", "tags": ["gpu"]}]
+    mat, not_run = mod.matrix(sessions, ["sm90a"])
+    assert [i["arch"] for i in mat["include"]] == ["sm90a"] and not_run == ["sm100a"]
+    mat, not_run = mod.matrix(sessions, ["sm90a", "sm100a"])
+    assert len(mat["include"]) == 2 and not_run == []
+
+
+def test_gpu_workflow_gates_forks_by_review_and_dispatch_by_protection():
+    wf = load(ROOT / ".github" / "workflows" / "gpu.yml")
+    gpu = wf["jobs"]["gpu"]
+    assert "if" not in gpu, "a skipped job reads as success: forks wait for the environment's reviewers instead"
+    assert "pull_request" in gpu["environment"] and "gpu-runners" in gpu["environment"]
+    assert "github.ref_protected" in wf["jobs"]["sessions"]["if"]
+    assert any(".github/scripts/gpu-job.sh" in step.get("run", "") for step in gpu["steps"])
+    assert "not_run" in json.dumps(wf["jobs"]["not-run"]) and "no runner" in json.dumps(wf["jobs"]["not-run"])
+    assert "vars.GPU_KINDS" in json.dumps(wf["jobs"]["sessions"])
+
+
+def test_gpu_job_script_requires_the_gpu_and_fails_on_any_failed_step():
+    text = (ROOT / ".github" / "scripts" / "gpu-job.sh").read_text()
+    assert "--require-gpu" in text and "status=1" in text and 'exit "${status}"' in text
+    assert (ROOT / ".github" / "scripts" / "gpu-job.sh").stat().st_mode & 0o111
+    out = subprocess.run(["bash", "-n", str(ROOT / ".github" / "scripts" / "gpu-job.sh")], capture_output=True)
+    assert out.returncode == 0, out.stderr

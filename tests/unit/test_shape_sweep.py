@@ -99,3 +99,38 @@ def test_html_without_a_sweep_says_so():
     from cutedsl_backend.validation.report import html
 
     assert "No performance sweep in this run" in html(_report(None))
+
+
+def test_require_gpu_names_each_arch_that_did_not_run():
+    from cutedsl_backend.validation.runner import gpu_archs_missing
+
+    results = [{"gate": "gpu", "cell": {"arch": "sm90a"}, "status": "pass"},
+               {"gate": "gpu", "cell": {"arch": "sm100a"}, "status": "skip", "reason": "needs sm100"},
+               {"gate": "compile", "cell": {"arch": "sm100a"}, "status": "pass"}]
+    assert gpu_archs_missing(results, ["sm90a", "sm100a"]) == ["sm100a"]  # one arch ran: not enough
+    assert gpu_archs_missing(results, ["sm90a"]) == []
+    assert gpu_archs_missing(results, []) == []
+
+
+def test_merged_report_lists_archs_and_fails_on_an_expected_one_missing(tmp_path):
+    import json
+
+    from cutedsl_backend.validation.report import merge_reports
+
+    def part(run_id, arch, status):
+        return {"schema": 1, "summary": {"run_id": run_id, "tag": "full", "seconds": 1.0, "ok": True,
+                                         "budgets": {"ok": True, "configs": {}, "regressions": []}},
+                "environment": {"gpu": "X"},
+                "results": [{"id": f"{arch}/c", "gate": "gpu", "cell": {"arch": arch}, "status": status,
+                             "reason": "" if status != "skip" else "not run: needs sm100 GPU"}]}
+    p1 = tmp_path / "a.json"
+    p1.write_text(json.dumps(part("r1", "sm90a", "pass")))
+    p2 = tmp_path / "b.json"
+    p2.write_text(json.dumps(part("r2", "sm100a", "skip")))
+    assert merge_reports(tmp_path / "m1", [p1, p2], expect=["sm90a"]) == 0
+    assert merge_reports(tmp_path / "m2", [p1, p2], expect=["sm90a", "sm100a"]) == 1
+    merged = json.loads((tmp_path / "m2" / "report.json").read_text())
+    assert merged["summary"]["gpu_required_but_missing"] == ["sm100a"]
+    assert merged["summary"]["architectures"]["sm100a"]["why_not_run"] == "not run: needs sm100 GPU"
+    md = (tmp_path / "m2" / "summary.md").read_text()
+    assert "GPU required but not run for: sm100a" in md and "| sm100a | 0 | 0 | 1 | not run: needs sm100 GPU |" in md

@@ -1,0 +1,67 @@
+"""One source of truth for the GPU environment: requirements/gpu.txt (with requirements/test.txt)
+is what the GPU image installs and what the nox sessions install, and it covers every third-party
+import the GPU sessions make (the GPU tests, their conftest, the package and the noxfile), torch
+aside (the image pins its CUDA build)."""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# top-level module -> the distribution that provides it ("torch": the image's torch or its deps)
+PROVIDED_BY = {"pytest": "pytest", "xdist": "pytest-xdist", "yaml": "PyYAML", "matplotlib": "matplotlib",
+               "nox": "nox", "numpy": "numpy", "cutlass": "nvidia-cutlass-dsl",
+               "cuda": "nvidia-cutlass-dsl",  # cuda-python, a dependency of the DSL
+               "nvidia": "nvidia-cuda-cuobjdump",  # the SASS tools' wheels (nvidia.* namespace)
+               "torch": "torch", "triton": "torch"}
+# imports the package guards with a fallback (the reason is the fallback)
+OPTIONAL = {"pynvml": "validation/power.py reads clocks and power with nvidia-smi without it"}
+
+
+def requirements(name: str) -> dict:
+    pins = {}
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            pins.update(requirements(line[3:].strip()))
+        elif line:
+            m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([\w.]+)", line)
+            assert m, f"requirements/{name}: {line!r} is not pinned with =="
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def gpu_session_imports() -> set:
+    files = (list((ROOT / "tests" / "gpu").glob("*.py")) + [ROOT / "tests" / "conftest.py", ROOT / "noxfile.py"]
+             + list((ROOT / "cutedsl_backend").rglob("*.py")))
+    names = set()
+    for p in files:
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Import):
+                names.update(a.name.split(".")[0] for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                names.add(n.module.split(".")[0])
+    return {x for x in names if x not in sys.stdlib_module_names and x != "cutedsl_backend"}
+
+
+def test_gpu_requirements_cover_every_import_of_the_gpu_sessions():
+    pins = requirements("gpu.txt")
+    for name in sorted(gpu_session_imports()):
+        if name in OPTIONAL:
+            continue
+        assert name in PROVIDED_BY, f"import {name!r}: add it to requirements/ and to PROVIDED_BY"
+        dist = PROVIDED_BY[name]
+        assert dist == "torch" or dist.lower() in pins, f"import {name!r} needs {dist} in requirements/gpu.txt"
+    # the GPU nox sessions run pytest with xdist workers
+    assert "pytest-xdist" in pins and "pytest" in pins
+
+
+def test_image_and_nox_install_the_same_lists():
+    dockerfile = (ROOT / "docker" / "Dockerfile.gpu").read_text()
+    assert "pip install --no-cache-dir -r requirements/gpu.txt" in dockerfile
+    assert "COPY requirements ./requirements" in dockerfile
+    dsl = re.search(r"ARG DSL_VERSION=([\d.]+)", dockerfile).group(1)
+    assert requirements("gpu.txt")["nvidia-cutlass-dsl"] == dsl
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert 'TEST_DEPS = ["-r", "requirements/test.txt"]' in noxfile
