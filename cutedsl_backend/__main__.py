@@ -98,6 +98,10 @@ def main(argv=None) -> int:
     pe.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
     sub.add_parser("probe-workers", help="how starting the compile worker pool slows the compiling process "
                    "(CPU only; compare CUTEDSL_WORKER_FORK=1 and 0)")
+    fz = sub.add_parser("fuzz", help="the eager API on random calls vs torch's semantics: right or refused by "
+                        "name, never wrong, never a foreign exception (GPU)")
+    fz.add_argument("--seed", type=int, default=0)
+    fz.add_argument("--cases", type=int, default=300)
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
     rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
@@ -143,6 +147,10 @@ def main(argv=None) -> int:
 
         worker_pool_contention()
         return 0
+    if args.cmd == "fuzz":
+        from .validation.fuzz import fuzz
+
+        return 1 if fuzz(args.seed, args.cases) else 0
     if args.cmd == "sweep-decode":
         from .validation.bench import sweep_decode
 
