@@ -443,12 +443,14 @@ def _kernel_class(arch: str):
     return Sm100Gemm
 
 
-def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> CompiledGemm:
+def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str, kernel_class=None) -> CompiledGemm:
+    """A fresh ``cute.compile`` (``kernel_class``: another kernel class than the arch's, for the
+    validation's deliberately broken kernels; such compiles are never cached)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.runtime import make_fake_stream
 
-    kernel = _kernel_class(problem.arch)(cfg, epilogue, problem.promote_fp8)
+    kernel = (kernel_class or _kernel_class(problem.arch))(cfg, epilogue, problem.promote_fp8)
     fakes = _fake_args(problem, epilogue, cfg)
     with tempfile.TemporaryDirectory() as dump:
         opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"

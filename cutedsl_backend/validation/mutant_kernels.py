@@ -1,8 +1,13 @@
-"""A CuTe DSL kernel that is no GEMM: the "kernel without HGMMA" mutant's real cubin."""
+"""Deliberately broken kernels for the fault injection (validation.mutants): a CuTe DSL kernel that is no
+GEMM (the "kernel without HGMMA" mutant's real cubin) and the sm90a GEMM with realistic bugs."""
 
 from __future__ import annotations
 
+from typing import Optional
+
+import cuda.bindings.driver as cuda
 import cutlass.cute as cute
+from cutlass import Float32, Int32
 
 
 @cute.kernel
@@ -17,3 +22,48 @@ def copy_kernel(src: cute.Tensor, dst: cute.Tensor):
 @cute.jit
 def launch_copy(src: cute.Tensor, dst: cute.Tensor):
     copy_kernel(src, dst).launch(grid=(cute.ceil_div(cute.size(src), 128), 1, 1), block=(128, 1, 1))
+
+
+# ---------------------------------------------------------------- realistic bugs in the GEMM kernel
+# Subclasses of the sm90a kernel, each with one bug of the kind a kernel change could bring; the
+# GPU numerics must catch every one (validation.mutants.kernel_mutant runs them).
+
+def sm90_mutants() -> dict:
+    """name -> kernel class with that bug (imports the DSL kernel module: call where it is installed)."""
+    from ..kernels.sm90 import Sm90Gemm
+
+    class DroppedLastKTile(Sm90Gemm):
+        """The mainloop stops one k-tile short (an off-by-one in the K loop bound)."""
+
+        @cute.jit
+        def _k_range(self, split: Int32, k_tiles: Int32):
+            first, count = Sm90Gemm._k_range(self, split, k_tiles)
+            return first, count - 1
+
+    class UnwrittenLastRow(Sm90Gemm):
+        """The output's M extent one row short (a tail predicate off by one): the last row is
+        never stored."""
+
+        @cute.jit
+        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+            shorter = cute.make_tensor(mC.iterator, cute.make_layout(
+                (mC.shape[0] - 1, mC.shape[1], mC.shape[2]), stride=mC.stride))
+            Sm90Gemm.__call__(self, mA, mB, shorter, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream)
+
+    class SkippedFirstSlice(Sm90Gemm):
+        """Split-K: slice 0's K range shifted onto slice 1's (a wrong slice offset)."""
+
+        @cute.jit
+        def _k_range(self, split: Int32, k_tiles: Int32):
+            first, count = Sm90Gemm._k_range(self, split, k_tiles)
+            if split == 0:
+                first = first + count
+            return first, count
+
+    return {"dropped last k-tile": DroppedLastKTile, "unwritten last row": UnwrittenLastRow,
+            "split-K slice offset": SkippedFirstSlice}

@@ -1,8 +1,10 @@
 """Fault injection: deliberately broken variants that the suite must catch.
 
-Two kinds, both reported with what caught them:
-  - real artifacts (any machine): a compiled kernel without HGMMA must fail the SASS gate, and a
-    real compile must fail a budget it cannot meet;
+Three kinds, each reported with what caught it (and none counted among the report's cells):
+  - broken kernels (an sm90 GPU): the sm90a kernel compiled with one realistic bug (a K loop one
+    k-tile short, the output's last row never stored, a wrong split-K slice offset) and run beside
+    the same kernel without it: the GPU numerics must fail the mutant and pass the control;
+  - real artifacts (any machine): a compiled kernel without HGMMA must fail the SASS gate;
   - numerics faults (any machine, emulated with torch on the CPU): the output a kernel with the
     bug would produce (wrong bias axis, missing activation, ignored scale, transposed output,
     unwritten tail) must fail the tolerance policy against the true reference.
@@ -57,6 +59,9 @@ def mutant_no_hgmma() -> dict:
 
 
 def mutant_over_budget() -> dict:
+    """The budget gate fails a compile against a budget a quarter of its time. By construction it
+    cannot fail to be caught, so it is a unit test of the gate (tests/unit/test_mutants.py), not a
+    mutant in the report."""
     from ..compiler import compile_gemm
     from ..configs import quick_configs
 
@@ -118,11 +123,77 @@ def numeric_fault(name: str) -> dict:
     return {"caught": (not m["ok"]) and good["ok"], "by": "tolerance policy: " + why}
 
 
+# the broken kernels' problem: tails in M and N, nine k-tiles, two K slices for the split-K mutant
+KERNEL_MUTANT_PROBLEM = (200, 264, 520)
+
+
+def kernel_mutant(name: str) -> dict:
+    """Compile the sm90a kernel with the bug ``name`` (mutant_kernels.sm90_mutants), run it on the
+    GPU beside the same kernel without the bug (the control), both on NaN-poisoned outputs against
+    a float64 reference: caught when the control passes and the mutant fails. Without an sm90 GPU
+    it is not run (said so, never counted as caught)."""
+    import torch
+
+    from ..compiler import _compile_fresh, _resolve
+    from ..epilogue import EpilogueSpec
+    from ..ops import _max_clusters, _views
+    from ..problem import GemmProblem
+    from .environment import gpu_arch
+    from .mutant_kernels import sm90_mutants
+    from .tolerances import compare
+
+    if gpu_arch() != "sm90a":
+        return {"caught": False, "skipped": True, "by": "not run: needs an sm90 GPU"}
+    from cutlass import Float32
+
+    m, n, k = KERNEL_MUTANT_PROBLEM
+    problem = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    from ..configs import GemmConfig
+
+    config = GemmConfig(128, 128, splits=2) if "split" in name else GemmConfig(128, 128)
+    cfg, key = _resolve(problem, config, EpilogueSpec())
+    g = torch.Generator(device="cuda").manual_seed(4711)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    ref = a.double() @ b.double().t()
+    work = counters = None
+    if cfg.splits > 1:
+        from ..configs import split_k_workspace
+
+        tiles, floats = split_k_workspace(problem, cfg)
+        work = torch.empty(floats, device="cuda")
+        counters = torch.zeros(tiles, device="cuda", dtype=torch.int32)
+    verdicts = {}
+    for label, cls in (("control", None), ("mutant", sm90_mutants()[name])):
+        cg = _compile_fresh(problem, cfg, EpilogueSpec(), key + "-" + label, kernel_class=cls)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        views = _views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
+        cg._fn(*views, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
+               _max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
+               torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        verdicts[label] = compare(out, ref, "bfloat16", k)
+    why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
+           f"{verdicts['mutant']['rel_l2']:.2e}, bad={verdicts['mutant']['n_bad']}, "
+           f"non-finite={verdicts['mutant']['n_nonfinite']}")
+    return {"caught": verdicts["control"]["ok"] and not verdicts["mutant"]["ok"], "by": "GPU numerics: " + why}
+
+
+KERNEL_MUTANTS = ("dropped last k-tile", "unwritten last row", "split-K slice offset")
+
+
 def run_mutants() -> list[dict]:
-    """Every mutant, run; each entry says whether (and by what) it was caught."""
+    """Every mutant, run; each entry says whether (and by what) it was caught, and its kind (a
+    real kernel run on the GPU, a real artifact, or an emulated output). A mutant that could not
+    run says so (``skipped``) and is never counted as caught."""
     out = []
-    for name, fn, kind in (("kernel without HGMMA", mutant_no_hgmma, "real cubin, SASS gate"),
-                           ("kernel over budget", mutant_over_budget, "real compile, budget gate")):
+    for name in KERNEL_MUTANTS:
+        try:
+            out.append({"mutant": name, "kind": "broken sm90a kernel, GPU numerics", **kernel_mutant(name)})
+        except Exception as e:
+            out.append({"mutant": name, "kind": "broken sm90a kernel", "caught": False,
+                        "by": f"error: {type(e).__name__}: {e}"})
+    for name, fn, kind in (("kernel without HGMMA", mutant_no_hgmma, "real cubin, SASS gate"),):
         try:
             out.append({"mutant": name, "kind": kind, **fn()})
         except Exception as e:  # a mutant that cannot run is reported, never counted as caught

@@ -103,9 +103,12 @@ def markdown(report: dict) -> str:
         out += perf_markdown(report["perf"])
     if report.get("mutants"):
         mu = report["mutants"]
-        out += ["", f"## Fault injection: {sum(m['caught'] for m in mu)}/{len(mu)} mutants caught", "",
+        ran = [m for m in mu if not m.get("skipped")]
+        out += ["", f"## Fault injection: {sum(m['caught'] for m in ran)}/{len(ran)} mutants caught"
+                + (f", {len(mu) - len(ran)} not run" if len(ran) < len(mu) else ""), "",
                 "| mutant | kind | caught | by |", "|---|---|---|---|"]
-        out += [f"| {m['mutant']} | {m['kind']} | {'yes' if m['caught'] else 'NO'} | {m['by']} |" for m in mu]
+        out += [f"| {m['mutant']} | {m['kind']} | {'not run' if m.get('skipped') else 'yes' if m['caught'] else 'NO'}"
+                f" | {m['by']} |" for m in mu]
     comp = [r for r in res if r["gate"] == "compile" and r.get("sass")]
     if comp:
         out += ["", "## SASS summary (compile gate)", "",

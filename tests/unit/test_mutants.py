@@ -25,3 +25,27 @@ def test_kernel_over_budget_fails_the_budget_gate(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
     r = mutant_over_budget()
     assert r["caught"], r
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["dropped last k-tile", "unwritten last row", "split-K slice offset"])
+def test_broken_kernels_compile(name, tmp_path, monkeypatch):
+    """The realistic kernel bugs compile (their GPU run: tests/gpu/test_mutants_sm90.py); without
+    an sm90 GPU the mutant says it was not run and is not counted as caught."""
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
+    from cutedsl_backend.compiler import _compile_fresh, _resolve
+    from cutedsl_backend.configs import GemmConfig
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.problem import GemmProblem
+    from cutedsl_backend.validation.mutant_kernels import sm90_mutants
+    from cutedsl_backend.validation.mutants import kernel_mutant
+
+    problem = GemmProblem(200, 264, 520, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    cfg, key = _resolve(problem, GemmConfig(128, 128, splits=2 if "split" in name else 1), EpilogueSpec())
+    cg = _compile_fresh(problem, cfg, EpilogueSpec(), key + "-mutant", kernel_class=sm90_mutants()[name])
+    assert cg.sass_counts()["HGMMA"] > 0
+    from cutedsl_backend.validation.environment import gpu_arch
+
+    if gpu_arch() != "sm90a":
+        r = kernel_mutant(name)
+        assert r["skipped"] and not r["caught"] and "not run" in r["by"]
