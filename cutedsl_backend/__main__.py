@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     pe.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
     sub.add_parser("probe-workers", help="how starting the compile worker pool slows the compiling process "
                    "(CPU only; compare CUTEDSL_WORKER_FORK=1 and 0)")
+    sd2 = sub.add_parser("sass-digest", help="SHA-256 of the SASS of every quick-matrix kernel (both archs; no GPU "
+                         "needed): run before and after a refactor, the two outputs must be identical")
+    sd2.add_argument("--json", help="write {kernel: digest} here")
     fz = sub.add_parser("fuzz", help="the eager API on random calls vs torch's semantics: right or refused by "
                         "name, never wrong, never a foreign exception (GPU)")
     fz.add_argument("--seed", type=int, default=0)
@@ -146,6 +149,16 @@ def main(argv=None) -> int:
         from .validation.probes import worker_pool_contention
 
         worker_pool_contention()
+        return 0
+    if args.cmd == "sass-digest":
+        from .validation.matrix import sass_digests
+
+        digests = sass_digests()
+        for name, d in digests.items():
+            print(f"{d}  {name}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(digests, f, indent=1, sort_keys=True)
         return 0
     if args.cmd == "fuzz":
         from .validation.fuzz import fuzz

@@ -142,3 +142,30 @@ def unbuilt_archs(archs) -> dict:
     """Archs of the matrix that have no kernels in this build, with the reason."""
     return {a: "sm100a kernels are not implemented yet (Blackwell family issue)"
             for a in archs if not quick_configs(a)}
+
+
+def sass_digests() -> dict:
+    """{kernel: SHA-256 of its SASS} for every quick config of both archs on two layouts and with
+    the fused epilogue, plus the few-token kernels (split-K, short A loads): compiled without a GPU
+    and without the caches. Identical before and after a change that must not change generated code."""
+    import hashlib
+
+    from ..compiler import compile_gemm
+    from ..epilogue import EpilogueSpec
+
+    fused = EpilogueSpec(bias="col", bias_dtype="bfloat16", activation="gelu_tanh")
+    kernels = []
+    for arch in ("sm90a", "sm100a"):
+        for cfg in quick_configs(arch):
+            kernels.append((arch, cfg, "k", "n", None))
+            kernels.append((arch, cfg, "m", "k", None))
+            kernels.append((arch, cfg, "k", "k", fused))
+    for cfg in (GemmConfig(64, 96, schedule="pingpong", splits=3, a_rows=16), GemmConfig(128, 128, splits=2)):
+        kernels.append(("sm90a", cfg, "k", "k", None))
+    out = {}
+    for arch, cfg, a_major, b_major, epi in kernels:
+        k = compile_gemm(8, 1048, 776, dtype="bfloat16", arch=arch, a_major=a_major, b_major=b_major, config=cfg,
+                         epilogue=epi, use_cache=False)
+        name = f"{cfg.name}/a{a_major}b{b_major}/{'fused' if epi else 'none'}"
+        out[name] = hashlib.sha256(k.sass().encode()).hexdigest()[:16]
+    return out
