@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .configs import GemmConfig, check_config, default_config, epilogue_barriers
+from .configs import GemmConfig, check_config, default_config
 from .problem import GemmProblem, make_problem
 
 log = logging.getLogger("cutedsl_backend.compiler")
@@ -367,7 +367,6 @@ def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> st
         "a_major": problem.a_major,
         "b_major": problem.b_major,
         "epi": epilogue_key,
-        "epi_barriers": epilogue_barriers(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -140,22 +139,6 @@ class GemmConfig:
 def natural_tile_k(dtype: str) -> int:
     """128 bytes of K per smem row: the widest (128B) swizzle for the dtype."""
     return 1024 // dtype_bits(dtype)
-
-
-@functools.lru_cache(maxsize=None)
-def epilogue_barriers() -> int:
-    """Barriers per epilogue sub-tile in the kernels ($CUTEDSL_EPI_BARRIERS, read once per
-    process: the kernel caches in memory do not tell the two apart): 1, the default (the store
-    warp waits for the next sub-tile's buffer before the one barrier, and issues the TMA store
-    after it), or 2, the handshake before it (a barrier once the sub-tile is in shared memory,
-    another while the store warp issues the store and waits for the next buffer); see
-    kernels.epilogue.StoreHandshake. On the H200 one barrier passed the whole GPU suite and was
-    as fast as two within the run-to-run spread: half the
-    barriers at no measured cost. Kernels of either have their own disk cache keys."""
-    value = os.environ.get("CUTEDSL_EPI_BARRIERS", "1").strip()
-    if value not in ("1", "2"):
-        raise UnsupportedGemmError(f"CUTEDSL_EPI_BARRIERS={value!r}: must be 1 or 2")
-    return int(value)
 
 
 def epilogue_groups(cfg: GemmConfig) -> int:

@@ -31,14 +31,13 @@ STATE = State()
 @functools.lru_cache(None)
 def build_tag() -> str:
     """Short hash of everything that decides what our candidates compute and how fast: the
-    package version, the kernel sources, the DSL version, the epilogue barrier setting and this
+    package version, the kernel sources, the DSL version and this
     integration's sources. It is part of every choice name, so Inductor's autotune cache never
     reuses stale timings, and of the choices handler's and fusion pass's uuid() (FX graph cache keys)."""
     from .. import __version__
     from ..compiler import dsl_version, kernel_source_hash
-    from ..configs import epilogue_barriers
 
-    h = hashlib.sha256(f"{__version__}|{kernel_source_hash()}|{dsl_version()}|{epilogue_barriers()}".encode())
+    h = hashlib.sha256(f"{__version__}|{kernel_source_hash()}|{dsl_version()}".encode())
     for f in sorted(Path(__file__).parent.glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()[:10]

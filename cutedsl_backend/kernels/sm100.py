@@ -317,7 +317,7 @@ class Sm100Gemm:
             bSG_sC, bSG_gC_all = cpasync.tma_partition(
                 tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(tCgC_epi, 0, 2))
             epi_sync = pipeline.NamedBarrier(barrier_id=1, num_threads=32 * len(EPI_WARPS))
-            stores = epi.StoreHandshake.current()
+            stores = epi.StoreHandshake()
             store_pipeline = stores.pipeline(32 * len(EPI_WARPS))
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
             epi_count = Int32(0)
@@ -347,8 +347,6 @@ class Sm100Gemm:
                     if warp_idx == EPI_WARPS[0]:
                         cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])
                         store_pipeline.producer_commit()
-                        stores.after_store(store_pipeline)
-                    stores.closing_barrier(epi_sync)
                     epi_count += 1
                 with cute.arch.elect_one():
                     acc_pipeline.consumer_release(acc_state)

@@ -105,7 +105,7 @@ class Sm90Gemm:
         self.ab_stage = cfg.stages
         self.epi_stage = EPI_STAGES
         self.epi_groups = epilogue_groups(cfg)
-        self.stores = epi.StoreHandshake.current()
+        self.stores = epi.StoreHandshake()
         self.epi_tile = epilogue_tile(cfg)
         self.num_math_wgs = 2
         self.threads_per_cta = THREADS_PER_WG * (1 + self.num_math_wgs)
@@ -548,8 +548,6 @@ class Sm90Gemm:
                             if cutlass.const_expr(res_tma is not None and e + RES_STAGES < epi_tiles):
                                 # every thread has read this sub-tile's residual buffer: refill it
                                 res_tma.issue(res_tiles, e + RES_STAGES, epi_count + RES_STAGES)
-                            self.stores.after_store(store_pipeline)
-                        self.stores.closing_barrier(epi_sync)
                         epi_count += 1
 
                 if cutlass.const_expr(not self.cooperative):

@@ -24,11 +24,9 @@ def environment() -> dict:
         env["cuda_available"] = False
     try:
         from ..compiler import dsl_version, find_tool, kernel_source_hash
-        from ..configs import epilogue_barriers
 
         env["nvidia_cutlass_dsl"] = dsl_version()
         env["kernel_source_hash"] = kernel_source_hash()
-        env["epilogue_barriers"] = epilogue_barriers()
         env["cuobjdump"] = find_tool("cuobjdump")
     except Exception as e:  # pragma: no cover
         env["nvidia_cutlass_dsl"] = f"unavailable: {e}"

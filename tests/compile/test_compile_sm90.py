@@ -48,53 +48,22 @@ def test_quick_config_compiles_with_gates_and_budget(cfg):
 
 
 @pytest.mark.parametrize("cfg", [quick_configs("sm90a")[0], quick_configs("sm90a")[3]], ids=lambda c: c.name)
-def test_epilogue_barrier_settings_compile(cfg, monkeypatch):
-    """CUTEDSL_EPI_BARRIERS=1 (the default) and 2 compile (cooperative and ping-pong, TMA-loaded
-    residual) without spills, one barrier per epilogue sub-tile fewer with 1, each under its own
-    cache key; 1 is what an unset variable gives."""
+def test_epilogue_store_handshake(cfg):
+    """One barrier per epilogue sub-tile (cooperative and ping-pong, TMA-loaded residual): each TMA
+    store follows the store warp's wait for the next buffer (at most 2 stores pending) and then
+    the barrier; no spills."""
     import re
 
     import cutedsl_backend as cb
 
     spec = EpilogueSpec(bias="col", residual=True, residual_aligned=True, activation="relu")
-
-    def build():
-        k = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, epilogue=spec, use_cache=False)
-        assert k.resources.local_bytes == 0 and k.sass_counts()["UTMASTG"] > 0
-        return k, len(re.findall(r"\bBAR\.SYNC\b", k.sass()))
-
-    def store_sequence(k):  # the epilogue's waits, barriers and stores, in program order
-        return re.findall(r"DEPBAR\.LE SB0, 0x[0-9a-f]+|BAR\.SYNC[.\w]* (?:R\d+|0x[1-9a-f])|UTMASTG", k.sass())
-
-    from cutedsl_backend.configs import epilogue_barriers
-
-    def setting(value):  # read once per process: re-read it here
-        monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", value)
-        epilogue_barriers.cache_clear()
-
-    try:
-        setting("2")
-        two, bars_two = build()
-        setting("1")
-        one, bars_one = build()
-        assert one.key != two.key
-        assert 0 < bars_one < bars_two, (bars_one, bars_two)
-        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
-        epilogue_barriers.cache_clear()
-        assert epilogue_barriers() == 1
-        # each store follows the wait for the next buffer (at most 2 stores pending) and then the
-        # barrier; with two barriers the store warp waits for at most 3 after its store, between them
-        seq = store_sequence(one)
-        stores = [i for i, op in enumerate(seq) if op == "UTMASTG"]
-        assert stores and all(i >= 2 and seq[i - 2] == "DEPBAR.LE SB0, 0x2" and seq[i - 1].startswith("BAR.SYNC")
-                              for i in stores), seq
-        assert "DEPBAR.LE SB0, 0x3" not in seq and "DEPBAR.LE SB0, 0x3" in store_sequence(two)
-        setting("3")
-        with pytest.raises(cb.UnsupportedGemmError, match="CUTEDSL_EPI_BARRIERS"):
-            build()
-    finally:
-        monkeypatch.delenv("CUTEDSL_EPI_BARRIERS", raising=False)
-        epilogue_barriers.cache_clear()
+    k = cb.compile_gemm(1000, 1048, 776, dtype="bfloat16", config=cfg, epilogue=spec, use_cache=False)
+    assert k.resources.local_bytes == 0 and k.sass_counts()["UTMASTG"] > 0
+    seq = re.findall(r"DEPBAR\.LE SB0, 0x[0-9a-f]+|BAR\.SYNC[.\w]* (?:R\d+|0x[1-9a-f])|UTMASTG", k.sass())
+    stores = [i for i, op in enumerate(seq) if op == "UTMASTG"]
+    assert stores and all(i >= 2 and seq[i - 2] == "DEPBAR.LE SB0, 0x2" and seq[i - 1].startswith("BAR.SYNC")
+                          for i in stores), seq
+    assert "DEPBAR.LE SB0, 0x3" not in seq
 
 
 def test_default_config_via_public_api_and_memory_cache():

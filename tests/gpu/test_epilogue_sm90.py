@@ -87,58 +87,6 @@ def test_wide_tile_with_the_whole_epilogue():
     check(out, ref, 776, "gelu_tanh")
 
 
-@pytest.fixture
-def two_epilogue_barriers(monkeypatch):
-    """CUTEDSL_EPI_BARRIERS=2 (the default is 1) for one test, with this process's kernel caches
-    emptied before and after (they do not tell the two settings apart); yields a check that every
-    kernel in memory was built under it."""
-    from cutedsl_backend import compiler, ops
-    from cutedsl_backend.configs import epilogue_barriers
-
-    def reset():
-        epilogue_barriers.cache_clear()
-        compiler.forget_background_work()
-        getattr(ops._TLS, "plans", {}).clear()
-
-    def all_built_with_two_barriers():
-        kernels = list(compiler._MEMORY_CACHE.values())
-        return bool(kernels) and all(
-            cg.key == compiler._cache_key(cg.problem, cg.config, cg.epilogue.key()) for cg in kernels)
-
-    monkeypatch.setenv("CUTEDSL_EPI_BARRIERS", "2")
-    reset()
-    assert epilogue_barriers() == 2
-    yield all_built_with_two_barriers
-    monkeypatch.delenv("CUTEDSL_EPI_BARRIERS")
-    reset()
-
-
-@pytest.mark.parametrize("cfg", quick_configs("sm90a"), ids=lambda c: c.name)
-def test_two_epilogue_barriers_setting(cfg, two_epilogue_barriers):
-    """CUTEDSL_EPI_BARRIERS=2 (two barriers per epilogue sub-tile; the default one barrier runs in
-    every other test; configs.epilogue_barriers): exact over tails and batches with a TMA-loaded
-    residual and a bias + activation, and over many tiles per CTA with a short K (each group's
-    store buffers reused across tiles), on every quick config."""
-    a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=9)
-    bias = torch.randn(2056, device="cuda", generator=g).to(torch.bfloat16)
-    res = torch.randn(2, 1000, 2056, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, bias=bias, residual=res, activation="gelu_tanh", beta=0.5, config=cfg, out=out)
-    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), beta=0.5,
-                    activation="gelu_tanh")
-    check(out, ref, 776, "gelu_tanh")
-    plain = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, config=cfg, out=plain)
-    check(plain, a.double() @ b.double(), 776)
-    # short K, many tiles per CTA and per ping-pong group: the store buffers are reused across tiles
-    a, b, g = operands(1, 4096, 4096, 64, torch.bfloat16, seed=10)
-    res = torch.randn(1, 4096, 4096, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.full((1, 4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, residual=res, config=cfg, out=out)
-    check(out, reference(a.double() @ b.double(), residual=res.double()), 64)
-    assert two_epilogue_barriers()  # the kernels that ran are the two-barrier ones
-
-
 def test_residual_broadcast_strided_and_fp32_output():
     a, b, g = operands(3, 200, 392, 520, torch.bfloat16, seed=2)
     res2d = torch.randn(392, 200, device="cuda", generator=g).t()  # fp32, N not contiguous: copied
