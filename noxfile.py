@@ -79,7 +79,7 @@ def lint(session: nox.Session) -> None:
         session.install(*LINT_DEPS)
     session.run("ruff", "check", "cutedsl_backend", "tests", "noxfile.py", ".github/scripts")
     session.run("mypy", "--ignore-missing-imports", "--follow-imports=silent", "cutedsl_backend/problem.py",
-                "cutedsl_backend/configs.py", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
+                "cutedsl_backend/configs", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
                 "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py",
                 "cutedsl_backend/inductor", "cutedsl_backend/compile_worker.py")
     session.run("actionlint", "-shellcheck=", "-pyflakes=")

@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .configs import GemmConfig, check_config, default_config
+from .configs import GemmConfig, check_config, default_config, family, resolve_config
 from .problem import GemmProblem, make_problem
 
 log = logging.getLogger("cutedsl_backend.compiler")
 
-_ARCH_FLAG = {"sm90a": "sm_90a", "sm100a": "sm_100a"}
 _MEMORY_CACHE: dict[str, "CompiledGemm"] = {}
 # (problem, requested config, epilogue) -> kernel: skips config ranking and key hashing per call
 _FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
@@ -110,7 +109,7 @@ _UNTRUSTED_LOGGED: set = set()
 def kernel_source_hash() -> str:
     """Hash of everything that shapes generated code: kernels, configs, epilogue, this file."""
     root = Path(__file__).parent
-    files = sorted((root / "kernels").glob("*.py")) + [root / "configs.py", root / "compiler.py",
+    files = sorted((root / "kernels").glob("*.py")) + sorted((root / "configs").glob("*.py")) + [root / "compiler.py",
                                                        root / "epilogue.py"]
     h = hashlib.sha256()
     for f in files:
@@ -433,13 +432,7 @@ def _fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
 
 
 def _kernel_class(arch: str):
-    if arch == "sm90a":
-        from .kernels.sm90 import Sm90Gemm
-
-        return Sm90Gemm
-    from .kernels.sm100 import Sm100Gemm
-
-    return Sm100Gemm
+    return family(arch).kernel_class()
 
 
 def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str, kernel_class=None) -> CompiledGemm:
@@ -452,7 +445,7 @@ def _compile_fresh(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str, ke
     kernel = (kernel_class or _kernel_class(problem.arch))(cfg, epilogue, problem.promote_fp8)
     fakes = _fake_args(problem, epilogue, cfg)
     with tempfile.TemporaryDirectory() as dump:
-        opts = f"--gpu-arch {_ARCH_FLAG[problem.arch]} --keep-cubin --dump-dir {dump}"
+        opts = f"--gpu-arch {family(problem.arch).compile_flag} --keep-cubin --dump-dir {dump}"
         with _DSL_LOCK:
             t0 = time.perf_counter()
             fn = cute.compile(kernel, *fakes, cutlass.Int32(1), make_fake_stream(), options=opts)
@@ -570,7 +563,7 @@ def _resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tu
     """(the checked, resolved config, its cache key): the heuristic's pick when ``config`` is None."""
     cfg = config or default_config(problem, epilogue=epilogue)
     check_config(cfg, problem, epilogue)
-    cfg = cfg.resolved(problem, epilogue)
+    cfg = resolve_config(cfg, problem, epilogue)
     return cfg, _cache_key(problem, cfg, epilogue.key())
 
 

@@ -154,7 +154,7 @@ def sass_digests() -> dict:
     from ..epilogue import EpilogueSpec
 
     fused = EpilogueSpec(bias="col", bias_dtype="bfloat16", activation="gelu_tanh")
-    kernels = []
+    kernels: list = []
     for arch in ("sm90a", "sm100a"):
         for cfg in quick_configs(arch):
             kernels.append((arch, cfg, "k", "n", None))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cutedsl_backend.configs import GemmConfig, quick_configs
+from cutedsl_backend.configs import GemmConfig, quick_configs, resolve_config
 from cutedsl_backend.epilogue import EpilogueSpec
 from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import REQUIRED_SASS
@@ -93,7 +93,7 @@ def test_corrupt_disk_cache_entry_is_recompiled(tmp_path, monkeypatch):
 
     p = make_problem(512, 512, 512, dtype="float16")
     cfg = quick_configs("sm90a")[5]
-    key = compiler._cache_key(p, cfg.resolved(p), EpilogueSpec().key())
+    key = compiler._cache_key(p, resolve_config(cfg, p), EpilogueSpec().key())
     obj, cub, meta = compiler._disk_paths(key)
     obj.parent.mkdir(parents=True)
     obj.write_bytes(b"garbage")
@@ -113,7 +113,7 @@ def test_cache_key_separates_what_changes_code():
 
     p = make_problem(512, 512, 512, dtype="float16")
     q = make_problem(1024, 256, 64, dtype="float16")
-    cfg = quick_configs("sm90a")[0].resolved(p)
+    cfg = resolve_config(quick_configs("sm90a")[0], p)
     e = EpilogueSpec().key()
     assert compiler._cache_key(p, cfg, e) == compiler._cache_key(q, cfg, e)  # shape-generic
     for other in (make_problem(512, 512, 512, dtype="bfloat16"),

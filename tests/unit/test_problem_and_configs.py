@@ -13,6 +13,7 @@ from cutedsl_backend.configs import (
     mma_atom_n,
     quick_configs,
     rank_configs,
+    resolve_config,
 )
 from cutedsl_backend.problem import (
     GemmProblem,
@@ -143,7 +144,7 @@ def test_smem_fits_and_stage_count():
     s = max_stages(cfg, P)
     assert s == 4  # 48 KiB per stage + 32 KiB epilogue in 227 KiB
     assert is_valid(cfg.replace(stages=4), P) and not is_valid(cfg.replace(stages=5), P)
-    assert GemmConfig(128, 128).resolved(P).tile_k == 64
+    assert resolve_config(GemmConfig(128, 128), P).tile_k == 64
 
 
 def test_space_and_quick_set_are_valid():

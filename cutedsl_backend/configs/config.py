@@ -1,0 +1,105 @@
+"""The config value: what a compiled kernel's tiling is (tile, cluster, schedule, stages, raster,
+split-K, A rows), its name (Inductor's generated code carries configs by name) and the natural K
+tile per dtype. Pure Python."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from ..problem import UnsupportedGemmError, dtype_bits
+
+SCHEDULES = ("cooperative", "pingpong")
+RASTERS = ("n", "m")
+_NAME_FORM = "<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>][_a<rows>]"
+_NAME_RE = re.compile(
+    r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?")
+# split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
+# workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
+MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One kernel configuration.
+
+    - ``tile_m`` x ``tile_n`` x ``tile_k``: the CTA tile. ``tile_k`` of 0 means "the natural K tile
+      for the dtype" (64 for 16-bit inputs, 128 for fp8).
+    - ``cluster_m`` x ``cluster_n``: thread-block cluster; A is multicast along N, B along M.
+    - ``schedule``: ``"cooperative"`` (two math warp groups share one tile) or ``"pingpong"``
+      (two math warp groups work on alternate tiles, one's epilogue overlapping the other's
+      mainloop).
+    - ``stages``: shared-memory pipeline depth; 0 means "as many as fit".
+    - ``raster``: ``"n"`` sweeps bands of ``group`` tile rows along N (inside a band consecutive
+      tiles step down its rows first); ``"m"`` sweeps bands of ``group`` tile columns along M.
+      Clusters running together then share operand panels in L2.
+    - ``arch``: the target the config was written for (``sm90a`` or ``sm100a``).
+    - ``two_cta``: sm100a only, one MMA spread over a CTA pair (cta_group::2).
+    - ``splits``: split-K, the K range of every output tile cut into this many slices computed
+      by different CTAs; each slice writes its fp32 partial to a workspace, and the CTA that
+      finishes a tile's last slice sums the partials in slice order (so the result does not depend
+      on which CTA finished last: bitwise deterministic) and runs the epilogue. For problems with
+      fewer output tiles than SMs (few tokens against a narrow weight).
+    - ``a_rows``: rows of A each load brings (0: ``tile_m``). Fewer, for problems whose M is at
+      most ``a_rows``: the rows past M would otherwise be filled out of bounds, load after load
+      (TMA's out-of-bounds fill measured slow on the H200); the rows never loaded feed only
+      output rows past M, which are never stored. sm90a, K-major A.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 0
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+    stages: int = 0
+    raster: str = "n"
+    group: int = 8
+    arch: str = "sm90a"
+    two_cta: bool = False
+    splits: int = 1
+    a_rows: int = 0
+
+    @property
+    def name(self) -> str:
+        s = (
+            f"{self.arch}_{self.schedule}_{self.tile_m}x{self.tile_n}x{self.tile_k or 'auto'}"
+            f"_c{self.cluster_m}x{self.cluster_n}_s{self.stages or 'auto'}_r{self.raster}{self.group}"
+        )
+        return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
+            f"_a{self.a_rows}" if self.a_rows else "")
+
+    def key(self) -> tuple:
+        return dataclasses.astuple(self)
+
+    @property
+    def shape(self) -> tuple:
+        """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
+        stages and tile_k aside; those variants measure within a few percent of each other)."""
+        return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta, self.splits,
+                self.a_rows)
+
+    @classmethod
+    def from_name(cls, name: str) -> "GemmConfig":
+        """The config whose :attr:`name` is ``name`` (the inverse of ``name``; Inductor's generated
+        code carries configs by name)."""
+        m = _NAME_RE.fullmatch(name)
+        if m is None:
+            raise UnsupportedGemmError(f"config name {name!r}: not of the form {_NAME_FORM}")
+        g = m.groupdict()
+        auto = lambda v: 0 if v == "auto" else int(v)  # noqa: E731
+        return cls(tile_m=int(g["tm"]), tile_n=int(g["tn"]), tile_k=auto(g["tk"]), cluster_m=int(g["cm"]),
+                   cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
+                   group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
+                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0))
+
+    def replace(self, **kw) -> "GemmConfig":
+        return dataclasses.replace(self, **kw)
+
+
+def natural_tile_k(dtype: str) -> int:
+    """128 bytes of K per smem row: the widest (128B) swizzle for the dtype."""
+    return 1024 // dtype_bits(dtype)

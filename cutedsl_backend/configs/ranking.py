@@ -1,0 +1,221 @@
+"""Ranking configs for a problem: the heuristic (a per-wave roofline), the wide-tile rule, the
+few-token and mid-size cost models fitted on H200 measurements, and the measured overrides
+(configs.tuning); default_config is the pick. Pure Python."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits
+from .config import GemmConfig, natural_tile_k
+from .resources import launch_tiles, promoted_acc_copies
+from .rules import fits, valid_configs
+from .tuning import tuned_choice
+
+
+def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
+    return math.ceil(problem.m / cfg.tile_m) * math.ceil(problem.n / cfg.tile_n) * problem.batch
+
+
+def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
+    """Estimated relative time (lower is better) of ``cfg`` on ``problem``.
+
+    A roofline per wave: each wave of persistent tiles costs the larger of its math time and
+    its operand traffic; partial last waves and tile padding are paid in full. Larger tiles read
+    less operand data per flop, clusters cut L2->SM traffic by multicasting.
+    """
+    tiles = _tiles(problem, cfg)
+    waves = math.ceil(tiles / num_sms)
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    k_pad = math.ceil(problem.k / tile_k) * tile_k
+    math_per_tile = cfg.tile_m * cfg.tile_n * k_pad
+    mcast_a = cfg.cluster_n
+    mcast_b = cfg.cluster_m
+    bytes_per_tile = (cfg.tile_m / mcast_a + cfg.tile_n / mcast_b) * k_pad * dtype_bits(problem.dtype) / 8
+    # ~ bf16 dense rate per SM vs L2 bandwidth per SM: one byte per ~ 128 MACs balances them.
+    per_tile = max(math_per_tile, bytes_per_tile * 160)
+    # pingpong hides the epilogue; cooperative pays it, more so when K is short.
+    epi = cfg.tile_m * cfg.tile_n * (2 if cfg.schedule == "cooperative" else 0.5) * 16
+    # small tiles waste issue slots on the tensor cores
+    eff = 1.0 if cfg.tile_m * cfg.tile_n >= 128 * 128 else 1.12
+    return waves * (per_tile * eff + epi)
+
+
+@functools.lru_cache(maxsize=4096)
+def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None) -> GemmConfig:
+    """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec): a measured override, else the
+    heuristic's best (see :func:`heuristic_score`); memoized."""
+    ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue)
+    if not ranked:
+        raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
+    return ranked[0]
+
+
+def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
+                 epilogue=None) -> list[GemmConfig]:
+    """Valid configs for ``problem`` sorted by the heuristic, best first (measured overrides for
+    the problem and its ``epilogue`` first)."""
+    cands = [c for c in valid_configs(problem) if epilogue is None or fits(c, problem, epilogue)]
+    tuned = tuned_choice(problem, epilogue)
+    # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
+    # ones, except where a measured override (_TUNED_SM90) picks one
+    cands.sort(key=lambda c: (c != tuned, problem.promote_fp8 and promoted_acc_copies(c) == 2,
+                              heuristic_score(c, problem, num_sms), c.name))
+    wide = wide_tile_choice(problem, num_sms, epilogue) if tuned is None else None
+    if wide is not None and cands and cands[0].shape == WIDE_TILE_BASE.shape:
+        cands.insert(0, wide)  # a tile outside the tuner's space, in place of the one it was measured against
+    decode = decode_choice(problem, num_sms, epilogue) if tuned is None else None
+    if decode is not None:
+        cands.insert(0, decode)  # split-K and short A loads: outside the tuner's space
+    mid = mid_choice(problem, num_sms, epilogue) if tuned is None and decode is None else None
+    if mid is not None:
+        cands.insert(0, mid)
+    return cands[:top_k] if top_k else cands
+
+
+@dataclass(frozen=True)
+class DecodeModel:
+    """The cost model that picks few-token (decode) configs: a launch takes the longer of the
+    weights' HBM time and its busiest SM's load time (``waves`` units of ``(tile_n + 16) x K-slice``
+    operand bytes at ``sm_gbps``), plus ``split_us`` for a split-K reduction and ``wave_us`` per
+    wave. Fitted on the H200 (``python -m cutedsl_backend sweep-decode``: the models' projections x M
+    in 1..64, ping-pong 64-row tiles of width 64-256 x 1-8 K slices x A loads of 16/32/64 rows):
+    the model's picks measured 0.98 of the best candidate's speed in geomean. The per-SM rate, not
+    the HBM, bounds a launch that uses few SMs: so a 64-wide tile on 2/3 of the SMs can beat a
+    split-K launch that fills them all."""
+
+    hbm_tbps: float = 4.2
+    sm_gbps: float = 55.0
+    split_us: float = 1.5
+    wave_us: float = 1.0
+    max_m: int = 64
+    widths: tuple = (64, 96, 128, 192, 256)
+    splits: tuple = (1, 2, 3, 4, 6, 8)
+
+    def time_us(self, problem: GemmProblem, tile_n: int, splits: int, num_sms: int) -> float:
+        elem = dtype_bits(problem.dtype) / 8
+        tile_k = natural_tile_k(problem.dtype)
+        k_tiles = math.ceil(problem.k / tile_k)
+        units = math.ceil(problem.n / tile_n) * problem.batch * splits
+        waves = math.ceil(units / num_sms)
+        slice_bytes = (tile_n + 16) * math.ceil(k_tiles / splits) * tile_k * elem
+        hbm = problem.n * problem.k * problem.batch * elem / (self.hbm_tbps * 1e6)
+        loads = waves * slice_bytes / (self.sm_gbps * 1e3)
+        return max(hbm, loads) + self.split_us * (splits > 1) + self.wave_us * waves
+
+
+DECODE_MODEL = DecodeModel()
+
+
+def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
+                  model: DecodeModel = DECODE_MODEL) -> Optional[GemmConfig]:
+    """sm90a, M <= model.max_m: the ping-pong 64-row tile whose width and K slices (split-K) the
+    :class:`DecodeModel` ranks fastest, loading only the first 16 or 32 rows of a K-major A when M
+    fits in them; None elsewhere (and where nothing fits the problem and ``epilogue``)."""
+    if problem.arch != "sm90a" or problem.m > model.max_m:
+        return None
+    a_rows = 0
+    if problem.a_major == "k":
+        a_rows = 16 if problem.m <= 16 else 32 if problem.m <= 32 else 0
+    ranked = sorted((model.time_us(problem, tn, s, num_sms), tn, s) for tn in model.widths for s in model.splits)
+    for _, tn, s in ranked:
+        cfg = GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=a_rows)
+        if fits(cfg, problem, epilogue):
+            return cfg
+    return None
+
+
+def wave_efficiency(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
+    """The useful share of the SM slots a persistent launch of ``cfg`` holds over its waves: the
+    output's area over waves x SMs x tile area (a partial last wave and tile padding idle)."""
+    waves = math.ceil(_tiles(problem, cfg) / num_sms)
+    return problem.m * problem.n * problem.batch / (waves * num_sms * cfg.tile_m * cfg.tile_n)
+
+
+# Measured on the H200 (`python -m cutedsl_backend probe-tiles wide`, sustained at the power cap, B K-major):
+# 128x320 c2x1 (two 160-wide WGMMAs per k-block) did per wave slot what 128x256 c2x1 did, so the
+# one that fills its waves better won: 4096x14336x4096 +1.2 to +2.0% (bf16, fp8 fast tensorwise and
+# rowwise; wave efficiency 0.987 against 0.970); 8192^3 -0.4 to -1.1% (0.955 against 0.970);
+# 4096x4096x14336 -12% (0.776 against 0.970).
+WIDE_TILE = GemmConfig(128, 320, cluster_m=2)
+WIDE_TILE_BASE = GemmConfig(128, 256, cluster_m=2)
+
+
+def wide_tile_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None) -> Optional[GemmConfig]:
+    """WIDE_TILE in place of WIDE_TILE_BASE (rank_configs) where it is valid (sm90a, B K-major, not
+    precise fp8), the epilogue is what was measured (none, or fp8 scales only), the problem spans at
+    least two waves of WIDE_TILE_BASE, and WIDE_TILE fills its waves at least 1% better."""
+    if problem.arch != "sm90a" or problem.b_major != "k" or _tiles(problem, WIDE_TILE_BASE) < 2 * num_sms:
+        return None
+    if epilogue is not None and (epilogue.bias or epilogue.residual or epilogue.activation):
+        return None
+    if not fits(WIDE_TILE, problem, epilogue):
+        return None
+    gain = wave_efficiency(WIDE_TILE, problem, num_sms) - wave_efficiency(WIDE_TILE_BASE, problem, num_sms)
+    return WIDE_TILE if gain >= 0.01 else None
+
+
+@dataclass(frozen=True)
+class MidModel:
+    """The cost model that picks configs for a few hundred tokens (chunked prefill, batched
+    serving), where neither the weights' bandwidth nor the tensor cores alone bound the time and
+    the SMs' share of tiles decides most of it. Per wave, the slower of a unit's MMA time (its
+    tile x K slice at ``mac_per_us`` per SM, times the schedule's efficiency, less for tiles under
+    128 wide) and its operand loads (A and B panels, shared over the cluster by multicast, at
+    ``sm_gbps``), plus ``wave_us`` per wave and ``split_us`` for a split-K reduction; never under
+    the HBM time of the operands. Fitted (rates in its own units: they rank, they do not predict
+    microseconds) on the H200 with ``python -m cutedsl_backend sweep-decode --space mid --ms
+    128,192,256,384,512 --models llama3-8b,llama3-70b,qwen2.5-7b,deepseek-v3`` (18 projections x 5 M,
+    bf16): its picks measured 0.90x cuBLAS in geomean there, the best candidate per shape 0.94x,
+    the heuristic before it 0.78x. 16-bit operands (what was measured)."""
+
+    hbm_tbps: float = 4.2
+    mac_per_us: float = 4.5e6
+    sm_gbps: float = 100.0
+    efficiency: tuple = (("pingpong", 64, 0.8), ("pingpong", 128, 0.8), ("cooperative", 128, 1.0),
+                         ("cooperative", 256, 1.0))
+    narrow_efficiency: float = 0.85
+    split_us: float = 6.0
+    wave_us: float = 5.0
+    min_m: int = 65
+    max_m: int = 512
+
+    def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
+        elem = dtype_bits(problem.dtype) / 8
+        tile_k = natural_tile_k(problem.dtype)
+        waves = math.ceil(launch_tiles(problem, cfg) * cfg.splits / num_sms)
+        k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
+        eff = dict(((s, m), e) for s, m, e in self.efficiency)[(cfg.schedule, cfg.tile_m)]
+        eff *= 1.0 if cfg.tile_n >= 128 else self.narrow_efficiency
+        mma = cfg.tile_m * cfg.tile_n * k_slice / (self.mac_per_us * eff)
+        loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (self.sm_gbps * 1e3)
+        hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
+            self.hbm_tbps * 1e6)
+        return max(waves * max(mma, loads) + self.split_us * (cfg.splits > 1) + self.wave_us * waves, hbm)
+
+    @staticmethod
+    def candidates(arch: str = "sm90a") -> list:
+        """64- and 128-row tiles, with and without clusters and K slices (raster "n")."""
+        out = [GemmConfig(64, tn, schedule="pingpong", splits=s, cluster_m=cm, arch=arch)
+               for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cm in (1, 2)]
+        out += [GemmConfig(128, tn, schedule="pingpong", splits=s, arch=arch) for tn in (64, 128) for s in (1, 2, 3)]
+        out += [GemmConfig(128, tn, splits=s, cluster_m=cl[0], cluster_n=cl[1], arch=arch)
+                for tn in (128, 192, 256) for s in (1, 2, 3, 4) for cl in ((1, 1), (2, 1), (1, 2))]
+        out += [GemmConfig(256, 128, splits=s, arch=arch) for s in (1, 2)]
+        return out
+
+
+MID_MODEL = MidModel()
+
+
+def mid_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, model: MidModel = MID_MODEL
+               ) -> Optional[GemmConfig]:
+    """sm90a, 16-bit operands, model.min_m <= M <= model.max_m: the candidate the
+    :class:`MidModel` ranks fastest among those that fit the problem and ``epilogue``; else None."""
+    if problem.arch != "sm90a" or not (model.min_m <= problem.m <= model.max_m) or dtype_bits(problem.dtype) != 16:
+        return None
+    ranked = sorted(model.candidates(), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
+    return next((c for c in ranked if fits(c, problem, epilogue)), None)

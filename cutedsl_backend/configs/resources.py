@@ -1,0 +1,102 @@
+"""The resource model shared by every architecture: shared memory per pipeline stage, accumulator
+registers, the launch's tile count and the split-K workspace, and the constants the kernels
+size their buffers with. What differs per architecture (shared-memory capacity, epilogue groups
+and sub-tile) is its family's (configs.family). Pure Python."""
+
+from __future__ import annotations
+
+import math
+
+from ..problem import GemmProblem, dtype_bits
+from .config import GemmConfig, natural_tile_k
+
+# Bytes reserved in shared memory for pipeline barriers and alignment padding.
+SMEM_RESERVED = 1024
+# Output tiles staged in shared memory per epilogue warp group before their TMA store.
+EPI_STAGES = 4
+# Epilogue sub-tile width (columns of the CTA tile stored per step).
+EPI_TILE_N = 32
+# Residual sub-tiles in flight per epilogue warp group when TMA loads them (sm90a): the next
+# ones load while the current one is applied. Four: the cooperative epilogue is not overlapped
+# with a mainloop, so its loads need the slack; on the 128x256 cooperative and 128x128 ping-pong
+# bf16 tiles four cost no more A/B stages than two.
+RES_STAGES = 4
+# Accumulator registers a thread may hold without spilling (fp32 accumulators): 160 for the
+# cooperative 128x320 and ping-pong 128x160 tiles, which compile without local memory.
+MAX_ACC_REGS_PER_THREAD = 160
+# precise fp8 holds the accumulator three times (the running fp32 sum and two k-tile partials
+# that alternate, one in the tensor cores while the other is added) where that fits, else twice
+# (one partial: each k-tile's add waits for its WGMMAs; see promoted_acc_copies)
+PROMOTED_ACC_COPIES = 3
+MAX_ACC_REGS_PER_THREAD_PROMOTED = 192
+
+
+def ctas_per_mma(cfg: GemmConfig) -> int:
+    """sm100a cta_group::2 spreads one MMA tile over a CTA pair."""
+    return 2 if cfg.two_cta else 1
+
+
+def smem_bytes_per_stage(cfg: GemmConfig, problem: GemmProblem) -> int:
+    """Per CTA: its share of the A tile and (conservatively, on sm100a too) the whole B tile."""
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    return (cfg.tile_m // ctas_per_mma(cfg) + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
+
+
+# the widest WGMMA (and TMA box) is 256: the one wider tile (sm90a cooperative, SM90_MAX_TILE_N)
+# issues two instructions of half the width
+MAX_MMA_N = 256
+SM90_MAX_TILE_N = 320
+
+
+def mma_atom_n(cfg: GemmConfig) -> int:
+    """The N of one sm90 WGMMA instruction for ``cfg``'s tile (tile_n, or half of it past 256)."""
+    return cfg.tile_n if cfg.tile_n <= MAX_MMA_N else cfg.tile_n // 2
+
+
+def acc_regs_per_thread(cfg: GemmConfig) -> int:
+    """fp32 accumulator registers per math thread on sm90 (sm100 keeps them in TMEM)."""
+    threads = 128 * (2 if cfg.schedule == "cooperative" else 1)
+    return cfg.tile_m * cfg.tile_n // threads
+
+
+# Tensor memory: 512 fp32 columns per SM; the accumulator is double-buffered (tile_n columns each).
+TMEM_COLUMNS = 512
+SM100_ACC_STAGES = 2
+
+
+def promoted_acc_copies(cfg: GemmConfig) -> int:
+    """Precise fp8's fp32 accumulator copies per thread for ``cfg`` (sm90a): 3 (the sum and two
+    alternating k-tile partials, so the tensor cores never wait for an add) where they fit in
+    MAX_ACC_REGS_PER_THREAD_PROMOTED, else 2 (one partial: each k-tile's add waits for its WGMMAs,
+    the other warp group's WGMMAs fill that gap), else 0 (the tile does not fit)."""
+    regs = acc_regs_per_thread(cfg)
+    return next((c for c in (PROMOTED_ACC_COPIES, 2) if c * regs <= MAX_ACC_REGS_PER_THREAD_PROMOTED), 0)
+
+
+def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
+    return math.ceil(problem.m / cfg.tile_m) * math.ceil(problem.n / cfg.tile_n) * problem.batch
+
+
+def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
+    """CTA tiles a launch of ``cfg`` covers: the tile grid rounded up to whole clusters along M
+    and N (the kernels' TileGrid; a cluster's CTAs past the edge load and store nothing but still
+    hold an SM)."""
+    rows = math.ceil(math.ceil(problem.m / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
+    cols = math.ceil(math.ceil(problem.n / cfg.tile_n) / cfg.cluster_n) * cfg.cluster_n
+    return rows * cols * problem.batch
+
+
+def split_k_workspace(problem: GemmProblem, cfg: GemmConfig) -> tuple[int, int]:
+    """(int32 counters, fp32 elements) of the split-K workspace of ``cfg`` on ``problem``: one
+    arrival counter per CTA tile (zero before a launch; the kernel leaves them zero) and one fp32
+    partial tile per K slice of every CTA tile. (0, 0) without split-K."""
+    if cfg.splits == 1:
+        return (0, 0)
+    tiles = launch_tiles(problem, cfg)
+    return (tiles, tiles * cfg.splits * cfg.tile_m * cfg.tile_n)
+
+
+def k_slices(k_tiles: int, splits: int) -> list[tuple[int, int]]:
+    """The [begin, end) k-tile range of each K slice: as even as integers allow (the kernels
+    compute slice s as [s * k_tiles // splits, (s + 1) * k_tiles // splits))."""
+    return [(s * k_tiles // splits, (s + 1) * k_tiles // splits) for s in range(splits)]

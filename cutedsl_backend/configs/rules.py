@@ -1,0 +1,90 @@
+"""Whether a config can run a problem: the rules every architecture shares, then its family's
+(configs.family), then shared memory. Pure Python; raises UnsupportedGemmError naming the rule."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+from ..problem import GemmProblem, UnsupportedGemmError
+from .config import MAX_SPLITS, RASTERS, SCHEDULES, GemmConfig, natural_tile_k
+from .families import epilogue_smem_bytes, family, max_stages
+from .resources import EPI_TILE_N, SMEM_RESERVED, smem_bytes_per_stage, split_k_workspace
+
+
+def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
+    """Raise UnsupportedGemmError naming the first rule ``cfg`` breaks for ``problem`` (with the
+    shared memory an ``epilogue`` EpilogueSpec needs)."""
+    fam = family(cfg.arch)
+    if cfg.arch != problem.arch:
+        raise UnsupportedGemmError(
+            f"config arch {cfg.arch} does not match the problem's arch {problem.arch}"
+        )
+    if cfg.schedule not in SCHEDULES:
+        raise UnsupportedGemmError(f"schedule {cfg.schedule!r}: must be one of {SCHEDULES}")
+    if cfg.raster not in RASTERS:
+        raise UnsupportedGemmError(f"raster {cfg.raster!r}: must be one of {RASTERS}")
+    if not (1 <= cfg.group <= 64):
+        raise UnsupportedGemmError(f"group {cfg.group}: must be in 1..64")
+    if not (1 <= cfg.splits <= MAX_SPLITS):
+        raise UnsupportedGemmError(f"splits {cfg.splits}: must be in 1..{MAX_SPLITS}")
+    if (cfg.cluster_m, cfg.cluster_n) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        raise UnsupportedGemmError(
+            f"cluster {cfg.cluster_m}x{cfg.cluster_n}: must be 1x1, 2x1, 1x2 or 2x2"
+        )
+    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
+    if tile_k != natural_tile_k(problem.dtype):
+        raise UnsupportedGemmError(
+            f"tile_k {tile_k}: must be {natural_tile_k(problem.dtype)} (128 bytes) for {problem.dtype}"
+        )
+    if cfg.a_rows:
+        if not fam.short_a_loads or problem.a_major != "k":
+            raise UnsupportedGemmError("a_rows: loading fewer rows of A than the tile is for sm90a with a K-major A")
+        if cfg.a_rows % 8 or not (8 <= cfg.a_rows <= min(64, cfg.tile_m)):
+            raise UnsupportedGemmError(f"a_rows {cfg.a_rows}: must be a multiple of 8 in 8..{min(64, cfg.tile_m)}")
+        if problem.m > cfg.a_rows:
+            raise UnsupportedGemmError(
+                f"a_rows {cfg.a_rows}: the problem's M={problem.m} is larger (rows past a_rows would not be loaded)")
+    if cfg.splits > 1:
+        if not fam.split_k:
+            raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")
+        k_tiles = math.ceil(problem.k / tile_k)
+        if split_k_workspace(problem, cfg)[1] >= 1 << 31:
+            raise UnsupportedGemmError(f"splits {cfg.splits}: the split-K workspace would exceed 2^31 elements")
+        if cfg.splits > k_tiles:
+            raise UnsupportedGemmError(
+                f"splits {cfg.splits}: more K slices than the {k_tiles} k-tiles of K={problem.k} "
+                "(a slice would be empty)")
+    max_n, min_n = fam.max_tile_n(cfg), fam.min_tile_n
+    if cfg.tile_n % EPI_TILE_N or not (min_n <= cfg.tile_n <= max_n):
+        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in {min_n}..{max_n}")
+    fam.check(cfg, problem)
+    stages = cfg.stages or max_stages(cfg, problem, epilogue)
+    need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem, epilogue)
+    need += SMEM_RESERVED
+    if stages < 2 or need > fam.smem_capacity:
+        raise UnsupportedGemmError(
+            f"shared memory: {stages} stages of {cfg.tile_m}x{cfg.tile_n}x{tile_k} need {need} bytes,"
+            f" over the {fam.smem_capacity} available (or fewer than 2 stages fit)"
+        )
+
+
+def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:
+    try:
+        check_config(cfg, problem)
+    except UnsupportedGemmError:
+        return False
+    return True
+
+
+def valid_configs(problem: GemmProblem, space: Optional[Iterable[GemmConfig]] = None) -> list[GemmConfig]:
+    return [c for c in (space or family(problem.arch).space()) if is_valid(c, problem)]
+
+
+def fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
+    """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory)."""
+    try:
+        check_config(cfg, problem, epilogue)
+    except UnsupportedGemmError:
+        return False
+    return True

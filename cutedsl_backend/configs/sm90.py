@@ -1,0 +1,94 @@
+"""The Hopper (sm90a) family: TMA + WGMMA, cooperative and ping-pong schedules, tiles up to 256
+columns (320 for the cooperative schedule with a K-major B: two 160-wide WGMMAs), register
+accumulators, a TMA-loaded residual, split-K and short A loads."""
+
+from __future__ import annotations
+
+from ..problem import GemmProblem, UnsupportedGemmError
+from .config import RASTERS, GemmConfig
+from .family import ArchFamily
+from .resources import (
+    EPI_TILE_N,
+    MAX_ACC_REGS_PER_THREAD,
+    MAX_ACC_REGS_PER_THREAD_PROMOTED,
+    MAX_MMA_N,
+    SM90_MAX_TILE_N,
+    acc_regs_per_thread,
+    promoted_acc_copies,
+)
+
+
+class Sm90Family(ArchFamily):
+    arch = "sm90a"
+    compile_flag = "sm_90a"
+    kernel = "cutedsl_backend.kernels.sm90:Sm90Gemm"
+    tma_residual = True
+    split_k = True
+    short_a_loads = True
+    # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
+    min_tile_n = EPI_TILE_N
+
+    def max_tile_n(self, cfg: GemmConfig) -> int:
+        return SM90_MAX_TILE_N if cfg.schedule == "cooperative" else MAX_MMA_N
+
+    def epilogue_groups(self, cfg: GemmConfig) -> int:
+        # ping-pong: each math warp group stores its own tiles through its own buffers
+        return 2 if cfg.schedule == "pingpong" else 1
+
+    def epilogue_tile(self, cfg: GemmConfig) -> tuple[int, int]:
+        if cfg.schedule == "pingpong":
+            return (64, EPI_TILE_N)
+        return super().epilogue_tile(cfg)
+
+    def check(self, cfg: GemmConfig, problem: GemmProblem) -> None:
+        if cfg.two_cta:
+            raise UnsupportedGemmError("two_cta is an sm100a option")
+        if MAX_MMA_N < cfg.tile_n != SM90_MAX_TILE_N:
+            raise UnsupportedGemmError(
+                f"tile_n {cfg.tile_n}: past {MAX_MMA_N} only {SM90_MAX_TILE_N} (two 160-wide WGMMAs)")
+        if cfg.tile_n > MAX_MMA_N and problem.b_major != "k":
+            raise UnsupportedGemmError(
+                f"tile_n {cfg.tile_n}: wider than one WGMMA ({MAX_MMA_N}), it is split in two, which needs B "
+                "K-major (an N-major B's 64-column swizzle blocks do not split at the half)")
+        allowed_m = (128, 256) if cfg.schedule == "cooperative" else (64, 128)
+        if cfg.tile_m not in allowed_m:
+            raise UnsupportedGemmError(
+                f"tile_m {cfg.tile_m}: the {cfg.schedule} schedule takes tile_m in {allowed_m}"
+            )
+        if problem.promote_fp8 and not promoted_acc_copies(cfg):
+            raise UnsupportedGemmError(
+                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}): precise fp8 keeps at least two fp32 "
+                f"accumulators, {2 * acc_regs_per_thread(cfg)} registers per thread, over "
+                f"{MAX_ACC_REGS_PER_THREAD_PROMOTED} (use fast_accum=True or a smaller tile)"
+            )
+        if acc_regs_per_thread(cfg) > MAX_ACC_REGS_PER_THREAD:
+            raise UnsupportedGemmError(
+                f"tile {cfg.tile_m}x{cfg.tile_n} ({cfg.schedule}) needs "
+                f"{acc_regs_per_thread(cfg)} accumulator registers per thread, over "
+                f"{MAX_ACC_REGS_PER_THREAD} (it would spill)"
+            )
+
+    def space(self) -> list:
+        out = []
+        for schedule, tms in (("cooperative", (128, 256)), ("pingpong", (64, 128))):
+            for tm in tms:
+                for tn in (64, 128, 192, 256):
+                    for cl in ((1, 1), (2, 1), (1, 2)):
+                        for raster in RASTERS:
+                            out.append(GemmConfig(tile_m=tm, tile_n=tn, cluster_m=cl[0], cluster_n=cl[1],
+                                                  schedule=schedule, raster=raster, arch=self.arch))
+        return out
+
+    def quick(self) -> list:
+        # both schedules, clusters, small and large tiles
+        return [
+            GemmConfig(128, 256, cluster_m=2, schedule="cooperative"),
+            GemmConfig(128, 128, cluster_n=2, schedule="cooperative", raster="m"),
+            GemmConfig(256, 128, schedule="cooperative"),
+            GemmConfig(128, 128, schedule="pingpong"),
+            GemmConfig(64, 256, cluster_m=2, schedule="pingpong"),
+            GemmConfig(64, 64, schedule="pingpong", raster="m", group=1),
+        ]
+
+
+SM90 = Sm90Family()
