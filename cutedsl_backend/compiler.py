@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,8 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from .artifacts import Resources, disassemble, find_tool, resource_usage  # noqa: F401  (public here too)
 from .configs import GemmConfig, check_config, default_config, family, resolve_config
+from .launch import ArgPack
 from .problem import GemmProblem, make_problem
+from .workers import (  # noqa: F401  (the pool's settings, public here too)
+    _WorkerPool,
+    compile_timeout_s,
+    fork_workers_enabled,
+    precompile_workers,
+)
 
 log = logging.getLogger("cutedsl_backend.compiler")
 
@@ -131,18 +138,6 @@ def dsl_version() -> str:
 
 
 @dataclass
-class Resources:
-    registers: int
-    local_bytes: int  # local memory per thread (spills and stack arrays)
-    stack_bytes: int
-    shared_bytes: int  # static shared memory (dynamic smem is sized at launch)
-
-    @property
-    def spills(self) -> bool:
-        return self.local_bytes > 0
-
-
-@dataclass
 class CompiledGemm:
     """A compiled GEMM kernel and its artifacts.
 
@@ -216,142 +211,6 @@ class CompiledGemm:
                 self._fn(*views(), Float32(alpha), Float32(beta), pack.clusters.value,
                          cuda.CUstream(stream_handle))
 
-
-@functools.lru_cache(None)
-def _desc_type(rank: int, dynamic_strides: int):
-    """The DSL's memref descriptor: data pointer, int32 extents, the non-static strides (int64)."""
-    return type(f"Desc{rank}_{dynamic_strides}", (ctypes.Structure,), {"_fields_": [
-        ("ptr", ctypes.c_void_p), ("shape", ctypes.c_int32 * rank),
-        ("stride", ctypes.c_int64 * dynamic_strides)]})
-
-
-class ArgPack:
-    """The compiled function's arguments as C structs: tensor descriptors, alpha, beta,
-    cluster count, stream."""
-
-    def __init__(self, cg: "CompiledGemm", descs: list, max_clusters: int):
-        self.fn = cg._fn
-        self.name = cg.config.name
-        self.descs = []
-        for shape, dyn in descs:
-            d = _desc_type(len(shape), len(dyn))()
-            for i, v in enumerate(shape):
-                d.shape[i] = v
-            for i, v in enumerate(dyn):
-                d.stride[i] = v
-            self.descs.append(d)
-        self.alpha = ctypes.c_float(1.0)
-        self.beta = ctypes.c_float(0.0)
-        self.clusters = ctypes.c_int32(max_clusters)
-        self.stream = ctypes.c_void_p()
-        self.scalars = (self.alpha, self.beta, self.clusters, self.stream)
-        self.args = [ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
-
-    def _fill(self, ptrs, alpha, beta, stream_handle):
-        for d, p in zip(self.descs, ptrs):
-            d.ptr = p
-        self.alpha.value = alpha
-        self.beta.value = beta
-        self.stream.value = stream_handle
-
-    def launch(self, ptrs: tuple, alpha: float, beta: float, stream_handle: int) -> None:
-        self._fill(ptrs, alpha, beta, stream_handle)
-        self.fn.run_compiled_program(self.args)
-
-    def matches_dsl(self, ptrs, alpha, beta, stream_handle, views) -> bool:
-        """True if these structs hold the same bytes as the DSL's own marshalling of the call
-        (field by field: padding is not compared)."""
-        try:
-            import cuda.bindings.driver as cuda
-            from cutlass import Float32
-
-            self._fill(ptrs, alpha, beta, stream_handle)
-            ref_args, _keep = self.fn.generate_execution_args(
-                *views(), Float32(alpha), Float32(beta), self.clusters.value, cuda.CUstream(stream_handle))
-            if len(ref_args) != len(self.args):
-                raise ValueError(f"{len(ref_args)} args, expected {len(self.args)}")
-            ranges = [[(f.offset, f.size) for f in (type(d).ptr, type(d).shape, type(d).stride) if f.size]
-                      for d in self.descs] + [[(0, ctypes.sizeof(x))] for x in self.scalars]
-            for ours, theirs, fields in zip(self.args, ref_args, ranges):
-                addr = theirs.value if isinstance(theirs, ctypes.c_void_p) else int(theirs)
-                for off, n in fields:
-                    if ctypes.string_at(ours + off, n) != ctypes.string_at(addr + off, n):
-                        raise ValueError("argument bytes differ")
-            return True
-        except Exception as e:  # keep the DSL's path: slower, never wrong
-            log.info("direct launch disabled for %s: %s", self.name, e)
-            return False
-
-
-# ---------------------------------------------------------------------------- tools
-
-def find_tool(name: str) -> Optional[str]:
-    """A CUDA binary tool: PATH, $CUDA_HOME/bin, then the nvidia-cuda-* pip wheels."""
-    p = shutil.which(name)
-    if p:
-        return p
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(env):
-            c = Path(os.environ[env]) / "bin" / name
-            if c.exists():
-                return str(c)
-    try:
-        import nvidia
-
-        for base in nvidia.__path__:
-            for c in Path(base).glob(f"cu*/bin/{name}"):
-                return str(c)
-    except ImportError:
-        pass
-    for c in (Path("/usr/local/cuda/bin") / name,):
-        if c.exists():
-            return str(c)
-    return None
-
-
-def _run_on_cubin(args: list, cubin: bytes) -> str:
-    env = dict(os.environ)
-    nvdisasm = find_tool("nvdisasm")  # cuobjdump --dump-sass runs nvdisasm from PATH
-    if nvdisasm:
-        env["PATH"] = str(Path(nvdisasm).parent) + os.pathsep + env.get("PATH", "")
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "k.cubin"
-        f.write_bytes(cubin)
-        out = subprocess.run(args + [str(f)], capture_output=True, text=True, check=False, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed: {out.stderr.strip()[:500]}")
-    return out.stdout
-
-
-def disassemble(cubin: bytes) -> str:
-    tool = find_tool("cuobjdump")
-    if tool and find_tool("nvdisasm"):
-        return _run_on_cubin([tool, "--dump-sass"], cubin)
-    tool = find_tool("nvdisasm")
-    if tool:
-        return _run_on_cubin([tool, "-c"], cubin)
-    raise RuntimeError(
-        "no disassembler: pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump, or a CUDA toolkit"
-    )
-
-
-def resource_usage(cubin: bytes) -> Resources:
-    tool = find_tool("cuobjdump")
-    if not tool:
-        raise RuntimeError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
-    text = _run_on_cubin([tool, "--dump-resource-usage"], cubin)
-    best = None
-    # one "Function ...:" line per kernel followed by "REG:.. STACK:.. SHARED:.. LOCAL:.."
-    for m in re.finditer(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)", text):
-        r = Resources(int(m.group(1)), int(m.group(4)), int(m.group(2)), int(m.group(3)))
-        if best is None or r.registers > best.registers:
-            best = r
-    if best is None:
-        raise RuntimeError(f"could not parse cuobjdump resource usage:\n{text[:500]}")
-    return best
-
-
-# ---------------------------------------------------------------------------- compile
 
 def _cache_key(problem: GemmProblem, cfg: GemmConfig, epilogue_key: tuple) -> str:
     parts = {
@@ -654,234 +513,6 @@ _POOL: Optional["_WorkerPool"] = None
 _POOL_LOCK = threading.Lock()
 # cache key -> the worker's compile of it; get_kernel waits on it instead of compiling again
 _PENDING: dict[str, Future] = {}
-
-
-def precompile_workers() -> int:
-    """$CUTEDSL_PRECOMPILE_WORKERS, else half the cores (at most 8); 0 turns worker compiles off."""
-    env = os.environ.get("CUTEDSL_PRECOMPILE_WORKERS")
-    if env is not None:
-        return max(0, int(env))
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
-
-
-def fork_workers_enabled() -> bool:
-    """Workers forked from one zygote process that imported the DSL once (see compile_worker),
-    unless $CUTEDSL_WORKER_FORK is 0 or the platform lacks fork / fd passing: then each worker is
-    a fresh subprocess with its own DSL import."""
-    import socket
-
-    return (os.environ.get("CUTEDSL_WORKER_FORK", "1") != "0" and hasattr(os, "fork")
-            and hasattr(socket, "send_fds"))
-
-
-# Workers only compile: math libraries that start a thread pool at load get one thread, so the
-# zygote stays single-threaded and can fork (the DSL imports numpy where installed, whose OpenBLAS
-# starts one worker per core but one: 16 threads in all on the 16-core H200 host).
-_ONE_THREAD_LIBS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _close_quietly(*files) -> None:
-    for f in files:
-        try:
-            f.close()
-        except OSError:
-            pass
-
-
-@dataclass
-class _Worker:
-    """One worker process as a feeding thread sees it."""
-
-    jobs: Any  # binary stream the pickled jobs go to
-    replies: Any  # binary stream the pickled replies come from
-    forked: bool
-    alive: Any  # () -> bool
-    close: Any  # () -> None
-    kill: Any = None  # () -> None: ends the process (a worker that stopped answering)
-
-
-class _WorkerPool:
-    """Worker processes fed pickled (problem, config, epilogue) jobs, one feeding thread each."""
-
-    def __init__(self, workers: int):
-        import queue
-
-        self.jobs: "queue.Queue" = queue.Queue()
-        self._zygote = None  # (Popen, control socket) once started; see _fork_worker
-        self._zygote_lock = threading.Lock()
-        self._fork = fork_workers_enabled()  # off for good once the zygote cannot serve (see _fork_worker)
-        self._sockets: set = set()  # ours, closed in a forked child of this process (_after_fork_in_child)
-        self.threads = [threading.Thread(target=self._serve, name=f"cutedsl-compile-{i}", daemon=True)
-                        for i in range(workers)]
-        for t in self.threads:
-            t.start()
-
-    def submit(self, *job) -> Future:
-        fut: Future = Future()
-        self.jobs.put((fut, job))
-        return fut
-
-    @staticmethod
-    def _start(*args: str, **popen) -> subprocess.Popen:
-        """``python -m cutedsl_backend.compile_worker *args``, with this process's import path."""
-        import sys
-
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **_ONE_THREAD_LIBS)
-        return subprocess.Popen([sys.executable, "-m", "cutedsl_backend.compile_worker", *args], env=env, **popen)
-
-    def _spawn_worker(self) -> _Worker:
-        """A fresh worker subprocess."""
-        proc = self._start(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        return _Worker(proc.stdin, proc.stdout, False, lambda: proc.poll() is None,
-                       lambda: _close_quietly(proc.stdin, proc.stdout), proc.kill)
-
-    def _start_zygote(self):
-        """Start the zygote and wait for its word that it can fork (sent once its DSL import is
-        done and it is single-threaded); None, and forked workers off for good, where it cannot."""
-        import socket
-
-        from .compile_worker import ZYGOTE_READY
-
-        ours, theirs = socket.socketpair()
-        proc = self._start("--zygote", str(theirs.fileno()), pass_fds=(theirs.fileno(),),
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        theirs.close()
-        try:
-            word = ours.recv(len(ZYGOTE_READY))
-        except OSError:
-            word = b""
-        if word != ZYGOTE_READY:
-            ours.close()
-            self._fork = False
-            log.warning("cutedsl: the compile workers' zygote cannot fork (exit status %s); spawning workers",
-                        proc.wait())
-            return None
-        self._sockets.add(ours)
-        return proc, ours
-
-    def _fork_worker(self) -> _Worker:
-        """A worker forked from the zygote (started on first use, restarted if it died)."""
-        import select
-        import socket
-
-        with self._zygote_lock:
-            if self._fork and (self._zygote is None or self._zygote[0].poll() is not None):
-                if self._zygote is not None:
-                    self._sockets.discard(self._zygote[1])
-                    self._zygote[1].close()
-                self._zygote = self._start_zygote()
-            if not self._fork:
-                raise OSError("forked compile workers are off")
-            control = self._zygote[1]
-            conn, theirs = socket.socketpair()
-            try:
-                socket.send_fds(control, [b"w"], [theirs.fileno()])
-            finally:
-                theirs.close()
-            self._sockets.add(conn)
-
-        def alive() -> bool:  # an idle worker never writes: a readable socket is its end of stream
-            return not select.select([conn], [], [], 0)[0]
-
-        jobs, replies = conn.makefile("wb"), conn.makefile("rb")
-
-        def close():
-            self._sockets.discard(conn)
-            _close_quietly(jobs, replies, conn)  # the socket closes with its last file
-
-        worker = _Worker(jobs, replies, True, alive, close)
-        # its pid (a "ping" job), so a worker that stops answering can be ended
-        import pickle
-
-        pickle.dump(("ping",), jobs)
-        jobs.flush()
-        if not _readable(replies, 60.0):
-            close()
-            raise OSError("a forked compile worker did not answer its first ping")
-        ok, (pid, _ppid) = pickle.load(replies)
-        worker.kill = functools.partial(_kill_quietly, pid)
-        return worker
-
-    def _zygote_gone(self) -> bool:
-        """Whether the zygote has exited (waiting a moment: a worker's death may precede its own)."""
-        with self._zygote_lock:
-            zygote = self._zygote
-        if zygote is None:
-            return not self._fork
-        try:
-            zygote[0].wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def _new_worker(self) -> _Worker:
-        if self._fork:
-            try:
-                return self._fork_worker()
-            except OSError as e:  # no zygote: a worker of its own, as without fork
-                log.info("cutedsl: forked compile worker unavailable (%s); spawning one", e)
-        return self._spawn_worker()
-
-    def _serve(self) -> None:
-        import pickle
-
-        worker: Optional[_Worker] = None
-        while True:
-            fut, job = self.jobs.get()
-            if not fut.set_running_or_notify_cancel():
-                continue
-            for attempt in range(2):
-                try:
-                    if worker is None or not worker.alive():
-                        if worker is not None:
-                            worker.close()
-                        worker = self._new_worker()
-                    pickle.dump(job, worker.jobs)
-                    worker.jobs.flush()
-                    timeout = compile_timeout_s()
-                    if not _readable(worker.replies, timeout):
-                        # stopped or hung: end it, fail this job (the caller compiles in its own
-                        # process), and start a new worker for the next one
-                        worker.kill()
-                        raise TimeoutError(f"no reply within {timeout:g} s ($CUTEDSL_COMPILE_TIMEOUT_S)")
-                    ok, value = pickle.load(worker.replies)
-                    break
-                except Exception as e:  # the worker died: the job fails, the next one starts a new worker
-                    forked = worker is not None and worker.forked
-                    if worker is not None:
-                        worker.close()
-                    worker = None
-                    if attempt == 0 and forked and self._zygote_gone():
-                        # the zygote died with it: this job again, on a worker of a new zygote
-                        log.warning("cutedsl: the compile workers' zygote exited; starting another")
-                        continue
-                    ok, value = False, RuntimeError(f"compile worker failed: {type(e).__name__}: {e}")
-                    break
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value if isinstance(value, BaseException) else RuntimeError(str(value)))
-
-
-def compile_timeout_s() -> float:
-    """How long a compile worker may take to answer one job ($CUTEDSL_COMPILE_TIMEOUT_S, default
-    300; a compile takes seconds) before it is ended and the job fails."""
-    return float(os.environ.get("CUTEDSL_COMPILE_TIMEOUT_S", "300"))
-
-
-def _readable(stream, timeout: float) -> bool:
-    """Whether ``stream`` (a worker's replies) has data (or its end) within ``timeout`` seconds.
-    Its read buffer is empty here: one reply is in flight per job, and it was read whole."""
-    import select
-
-    return bool(select.select([stream], [], [], timeout)[0])
-
-
-def _kill_quietly(pid: int) -> None:
-    import signal
-
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
 
 
 def _pool() -> Optional[_WorkerPool]:

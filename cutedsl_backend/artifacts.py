@@ -1,0 +1,94 @@
+"""A compiled kernel's artifacts without a GPU: its SASS (cuobjdump or nvdisasm from PATH,
+$CUDA_HOME or the pip wheels) and its resources (registers, local memory, shared memory)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class Resources:
+    registers: int
+    local_bytes: int  # local memory per thread (spills and stack arrays)
+    stack_bytes: int
+    shared_bytes: int  # static shared memory (dynamic smem is sized at launch)
+
+    @property
+    def spills(self) -> bool:
+        return self.local_bytes > 0
+
+
+def find_tool(name: str) -> Optional[str]:
+    """A CUDA binary tool: PATH, $CUDA_HOME/bin, then the nvidia-cuda-* pip wheels."""
+    p = shutil.which(name)
+    if p:
+        return p
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            c = Path(os.environ[env]) / "bin" / name
+            if c.exists():
+                return str(c)
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for c in Path(base).glob(f"cu*/bin/{name}"):
+                return str(c)
+    except ImportError:
+        pass
+    for c in (Path("/usr/local/cuda/bin") / name,):
+        if c.exists():
+            return str(c)
+    return None
+
+
+def _run_on_cubin(args: list, cubin: bytes) -> str:
+    env = dict(os.environ)
+    nvdisasm = find_tool("nvdisasm")  # cuobjdump --dump-sass runs nvdisasm from PATH
+    if nvdisasm:
+        env["PATH"] = str(Path(nvdisasm).parent) + os.pathsep + env.get("PATH", "")
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        out = subprocess.run(args + [str(f)], capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed: {out.stderr.strip()[:500]}")
+    return out.stdout
+
+
+def disassemble(cubin: bytes) -> str:
+    tool = find_tool("cuobjdump")
+    if tool and find_tool("nvdisasm"):
+        return _run_on_cubin([tool, "--dump-sass"], cubin)
+    tool = find_tool("nvdisasm")
+    if tool:
+        return _run_on_cubin([tool, "-c"], cubin)
+    raise RuntimeError(
+        "no disassembler: pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump, or a CUDA toolkit"
+    )
+
+
+def resource_usage(cubin: bytes) -> Resources:
+    tool = find_tool("cuobjdump")
+    if not tool:
+        raise RuntimeError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    text = _run_on_cubin([tool, "--dump-resource-usage"], cubin)
+    best = None
+    # one "Function ...:" line per kernel followed by "REG:.. STACK:.. SHARED:.. LOCAL:.."
+    for m in re.finditer(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)", text):
+        r = Resources(int(m.group(1)), int(m.group(4)), int(m.group(2)), int(m.group(3)))
+        if best is None or r.registers > best.registers:
+            best = r
+    if best is None:
+        raise RuntimeError(f"could not parse cuobjdump resource usage:\n{text[:500]}")
+    return best
+
+
+# ---------------------------------------------------------------------------- compile

@@ -1,0 +1,81 @@
+"""The launch path's argument structs: the compiled function's arguments (tensor descriptors,
+alpha, beta, cluster count, stream) filled in place per call, a few microseconds where the DSL's
+generic marshalling costs tens; enabled per kernel once its bytes matched the DSL's own."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the kernel's type only, for the annotation
+    from .compiler import CompiledGemm
+
+log = logging.getLogger("cutedsl_backend.compiler")
+
+
+@functools.lru_cache(None)
+def _desc_type(rank: int, dynamic_strides: int):
+    """The DSL's memref descriptor: data pointer, int32 extents, the non-static strides (int64)."""
+    return type(f"Desc{rank}_{dynamic_strides}", (ctypes.Structure,), {"_fields_": [
+        ("ptr", ctypes.c_void_p), ("shape", ctypes.c_int32 * rank),
+        ("stride", ctypes.c_int64 * dynamic_strides)]})
+
+
+class ArgPack:
+    """The compiled function's arguments as C structs: tensor descriptors, alpha, beta,
+    cluster count, stream."""
+
+    def __init__(self, cg: "CompiledGemm", descs: list, max_clusters: int):
+        self.fn = cg._fn
+        self.name = cg.config.name
+        self.descs = []
+        for shape, dyn in descs:
+            d = _desc_type(len(shape), len(dyn))()
+            for i, v in enumerate(shape):
+                d.shape[i] = v
+            for i, v in enumerate(dyn):
+                d.stride[i] = v
+            self.descs.append(d)
+        self.alpha = ctypes.c_float(1.0)
+        self.beta = ctypes.c_float(0.0)
+        self.clusters = ctypes.c_int32(max_clusters)
+        self.stream = ctypes.c_void_p()
+        self.scalars = (self.alpha, self.beta, self.clusters, self.stream)
+        self.args = [ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
+
+    def _fill(self, ptrs, alpha, beta, stream_handle):
+        for d, p in zip(self.descs, ptrs):
+            d.ptr = p
+        self.alpha.value = alpha
+        self.beta.value = beta
+        self.stream.value = stream_handle
+
+    def launch(self, ptrs: tuple, alpha: float, beta: float, stream_handle: int) -> None:
+        self._fill(ptrs, alpha, beta, stream_handle)
+        self.fn.run_compiled_program(self.args)
+
+    def matches_dsl(self, ptrs, alpha, beta, stream_handle, views) -> bool:
+        """True if these structs hold the same bytes as the DSL's own marshalling of the call
+        (field by field: padding is not compared)."""
+        try:
+            import cuda.bindings.driver as cuda
+            from cutlass import Float32
+
+            self._fill(ptrs, alpha, beta, stream_handle)
+            ref_args, _keep = self.fn.generate_execution_args(
+                *views(), Float32(alpha), Float32(beta), self.clusters.value, cuda.CUstream(stream_handle))
+            if len(ref_args) != len(self.args):
+                raise ValueError(f"{len(ref_args)} args, expected {len(self.args)}")
+            ranges = [[(f.offset, f.size) for f in (type(d).ptr, type(d).shape, type(d).stride) if f.size]
+                      for d in self.descs] + [[(0, ctypes.sizeof(x))] for x in self.scalars]
+            for ours, theirs, fields in zip(self.args, ref_args, ranges):
+                addr = theirs.value if isinstance(theirs, ctypes.c_void_p) else int(theirs)
+                for off, n in fields:
+                    if ctypes.string_at(ours + off, n) != ctypes.string_at(addr + off, n):
+                        raise ValueError("argument bytes differ")
+            return True
+        except Exception as e:  # keep the DSL's path: slower, never wrong
+            log.info("direct launch disabled for %s: %s", self.name, e)
+            return False
