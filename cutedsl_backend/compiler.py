@@ -38,24 +38,52 @@ from .workers import (  # noqa: F401  (the pool's settings, public here too)
 
 log = logging.getLogger("cutedsl_backend.compiler")
 
-_MEMORY_CACHE: dict[str, "CompiledGemm"] = {}
-# (problem, requested config, epilogue) -> kernel: skips config ranking and key hashing per call
-_FAST_CACHE: dict[tuple, "CompiledGemm"] = {}
-# Where the time of kernel fetches went (reported by bench-inductor): loads from disk, compiles
-# here, seconds in get_kernel (a memory hit is not counted), of which waiting for a worker.
-# Eager first calls of a geometry (ops.py) add their count and seconds (fetch + plan + first launch).
-# Loads done by the background loader (see preload_async) count in "preloaded" and "preload_s" (its
-# own seconds, off the caller's path); "preload_wait_s" is the time get_kernel waited for one.
-STATS = {"loaded": 0, "compiled": 0, "get_kernel_s": 0.0, "waited_s": 0.0, "first_calls": 0, "first_call_s": 0.0,
-         "preloaded": 0, "preload_s": 0.0, "preload_wait_s": 0.0}
-# (time.perf_counter(), event, cache key or "") of the compile/load pipeline, for bench-inductor's
-# timeline: worker pool started, compile submitted / finished in a worker, the caller's waits, loads.
-EVENTS: list = []
+class KernelStore:
+    """This process's kernel-lifecycle state, in one object (``STORE``):
+
+    - ``memory``: cache key -> CompiledGemm; ``fast``: (problem, requested config, epilogue) ->
+      CompiledGemm (skips config ranking and key hashing per call);
+    - ``stats``: where the time of kernel fetches went (reported by bench-inductor): loads from
+      disk, compiles here, seconds in get_kernel (a memory hit is not counted), of which waiting
+      for a worker; eager first calls of a geometry (ops.py) add their count and seconds; loads
+      by the background loader count in "preloaded" / "preload_s" (off the caller's path), and
+      "preload_wait_s" is the time get_kernel waited for one;
+    - ``events``: (time.perf_counter(), event, cache key or "") of the compile/load pipeline, for
+      bench-inductor's timeline;
+    - ``pool`` (the compile workers, made on first use) and ``pending``: cache key -> a worker's
+      compile of it (get_kernel waits on it instead of compiling again);
+    - ``loader`` (one thread, made on first use), ``loads``: cache key -> the loader's load of it,
+      and ``generation`` (bumped by forget_background_work: older loads do not fill the caches);
+    - ``runtime_start``: the DSL runtime's start on the loader thread;
+    - ``untrusted_logged``: the disk-cache refusals already logged."""
+
+    STAT_KEYS = ("loaded", "compiled", "get_kernel_s", "waited_s", "first_calls", "first_call_s", "preloaded",
+                 "preload_s", "preload_wait_s")
+
+    def __init__(self):
+        self.memory: dict = {}
+        self.fast: dict = {}
+        self.stats: dict = dict.fromkeys(self.STAT_KEYS, 0)
+        self.events: list = []
+        self.pool: Optional[_WorkerPool] = None
+        self.pool_lock = threading.Lock()
+        self.pending: dict = {}
+        self.loader = None
+        self.loads: dict = {}
+        self.generation = 0
+        self.runtime_start: Optional[Future] = None
+        self.untrusted_logged: set = set()
+
+    def event(self, what: str, key: str = "") -> None:
+        if len(self.events) < 10000:
+            self.events.append((time.perf_counter(), what, key))
+
+
+STORE = KernelStore()
 
 
 def _event(what: str, key: str = "") -> None:
-    if len(EVENTS) < 10000:
-        EVENTS.append((time.perf_counter(), what, key))
+    STORE.event(what, key)
 
 
 # cute.compile is not thread-safe: one compile or module load at a time per process (use processes
@@ -102,14 +130,13 @@ def _cache_untrusted(*paths: Path) -> Optional[str]:
     for p in (cache_dir(),) + paths:
         why = untrusted_reason(p) if p.exists() else None
         if why:
-            if why not in _UNTRUSTED_LOGGED:
-                _UNTRUSTED_LOGGED.add(why)
+            if why not in STORE.untrusted_logged:
+                STORE.untrusted_logged.add(why)
                 log.warning("cutedsl: not using the kernel disk cache: %s", why)
             return why
     return None
 
 
-_UNTRUSTED_LOGGED: set = set()
 
 
 @functools.lru_cache(None)
@@ -433,22 +460,22 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
 
     epilogue = epilogue or EpilogueSpec()
     fast_key = (problem, config, epilogue)
-    hit = _FAST_CACHE.get(fast_key)
+    hit = STORE.fast.get(fast_key)
     if hit is not None:
         return hit
     cfg, key = _resolve(problem, config, epilogue)
-    hit = _MEMORY_CACHE.get(key)
+    hit = STORE.memory.get(key)
     if hit is not None:
-        _LOADS.pop(key, None)  # a background load that finished first: nothing left to wait for
+        STORE.loads.pop(key, None)  # a background load that finished first: nothing left to wait for
     else:
         hit = _wait_preload(key)
     if hit is not None:
-        _FAST_CACHE[fast_key] = hit
+        STORE.fast[fast_key] = hit
         return hit
     t0 = time.perf_counter()
     cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
     if cg is None and use_disk_cache and _wait_pending(key):
-        STATS["waited_s"] += time.perf_counter() - t0
+        STORE.stats["waited_s"] += time.perf_counter() - t0
         cg = _load_from_disk(problem, cfg, epilogue, key)
     if cg is None:
         # one compile per key across threads and processes sharing the cache: the others wait,
@@ -457,16 +484,16 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
             cg = _load_from_disk(problem, cfg, epilogue, key) if use_disk_cache else None
             if cg is None:
                 cg = _compile_fresh(problem, cfg, epilogue, key)
-                STATS["compiled"] += 1
+                STORE.stats["compiled"] += 1
                 if use_disk_cache:
                     _store_to_disk(cg)
             else:
-                STATS["loaded"] += 1
+                STORE.stats["loaded"] += 1
     else:
-        STATS["loaded"] += 1
-    STATS["get_kernel_s"] += time.perf_counter() - t0
-    _MEMORY_CACHE[key] = cg
-    _FAST_CACHE[fast_key] = cg
+        STORE.stats["loaded"] += 1
+    STORE.stats["get_kernel_s"] += time.perf_counter() - t0
+    STORE.memory[key] = cg
+    STORE.fast[fast_key] = cg
     return cg
 
 
@@ -509,27 +536,21 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
 # --zygote``; $CUTEDSL_WORKER_FORK=0: each worker a subprocess of its own), not multiprocessing
 # children: spawn and forkserver would re-run the caller's __main__ module in each of them.
 
-_POOL: Optional["_WorkerPool"] = None
-_POOL_LOCK = threading.Lock()
-# cache key -> the worker's compile of it; get_kernel waits on it instead of compiling again
-_PENDING: dict[str, Future] = {}
 
 
 def _pool() -> Optional[_WorkerPool]:
-    global _POOL
-    with _POOL_LOCK:
+    with STORE.pool_lock:
         workers = precompile_workers()
-        if _POOL is None and workers:
-            _POOL = _WorkerPool(workers)
-        return _POOL
+        if STORE.pool is None and workers:
+            STORE.pool = _WorkerPool(workers)
+        return STORE.pool
 
 
 def _after_fork_in_child() -> None:
     """A fork of this process starts without our pool: its threads are not in the child, and the
     sockets it inherited would keep the zygote and workers alive after this process exits."""
-    global _POOL, _POOL_LOCK
-    pool, _POOL, _POOL_LOCK = _POOL, None, threading.Lock()
-    _PENDING.clear()
+    pool, STORE.pool, STORE.pool_lock = STORE.pool, None, threading.Lock()
+    STORE.pending.clear()
     if pool is not None:
         for sock in list(pool._sockets):
             fd = sock.detach()  # the descriptor itself, whatever file objects still refer to it
@@ -573,7 +594,7 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
 
     epilogue = epilogue or EpilogueSpec()
     cfg, key = _resolve(problem, config, epilogue)
-    if key in _MEMORY_CACHE or key in _PENDING or not driver_available():
+    if key in STORE.memory or key in STORE.pending or not driver_available():
         return None
     warm_runtime_async()  # this process will load a kernel: its DSL start-up begins now
     if _disk_paths(key)[2].exists():
@@ -586,7 +607,7 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
     _event("worker compile submitted", key)
     fut.add_done_callback(lambda f: _event("worker compile done" if f.exception() is None else "worker compile failed",
                                            key))
-    _PENDING[key] = fut
+    STORE.pending[key] = fut
     preload_async(problem, cfg, epilogue, key)
     return fut
 
@@ -598,32 +619,25 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
 # own precompilation and the wait for our workers instead of following them. Loads hold _DSL_LOCK;
 # the caller's get_kernel takes a finished load from memory or waits for the one under way.
 
-_LOADER = None  # ThreadPoolExecutor with one thread, made on first use
-# cache key -> the loader's load of it (a CompiledGemm, or None where it could not load)
-_LOADS: dict[str, Future] = {}
-# bumped by forget_background_work: loads queued before it do not fill the memory cache
-_GENERATION = 0
 
 
 def forget_background_work() -> None:
     """Drop this process's memory caches and its pending compiles and loads (benchmarks start
     each variant afresh): work still under way finishes without filling the caches again."""
-    global _GENERATION
-    _GENERATION += 1
-    _MEMORY_CACHE.clear()
-    _FAST_CACHE.clear()
-    _PENDING.clear()
-    _LOADS.clear()
+    STORE.generation += 1
+    STORE.memory.clear()
+    STORE.fast.clear()
+    STORE.pending.clear()
+    STORE.loads.clear()
 
 
 def _loader():
-    global _LOADER
-    with _POOL_LOCK:
-        if _LOADER is None:
+    with STORE.pool_lock:
+        if STORE.loader is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _LOADER = ThreadPoolExecutor(1, thread_name_prefix="cutedsl-load")
-        return _LOADER
+            STORE.loader = ThreadPoolExecutor(1, thread_name_prefix="cutedsl-load")
+        return STORE.loader
 
 
 def _start_runtime() -> None:
@@ -641,7 +655,6 @@ def background_load_enabled() -> bool:
     return os.environ.get("CUTEDSL_BACKGROUND_LOAD", "1") != "0" and driver_available()
 
 
-_RUNTIME_START: Optional[Future] = None
 
 
 def warm_runtime_async() -> Optional[Future]:
@@ -653,15 +666,14 @@ def warm_runtime_async() -> Optional[Future]:
     rather than competing for the GIL with Dynamo and Inductor, and a compile that needs none of
     our kernels pays nothing; $CUTEDSL_RUNTIME_WARMUP=enable starts it at inductor.enable()
     instead (kept for A/B runs)."""
-    global _RUNTIME_START
     if not background_load_enabled():
         return None
-    with _POOL_LOCK:
-        start = _RUNTIME_START
+    with STORE.pool_lock:
+        start = STORE.runtime_start
     if start is None:
         start = _loader().submit(_start_runtime)
-        with _POOL_LOCK:
-            start = _RUNTIME_START = _RUNTIME_START or start
+        with STORE.pool_lock:
+            start = STORE.runtime_start = STORE.runtime_start or start
     return start
 
 
@@ -674,11 +686,11 @@ def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> 
     """Load ``key``'s kernel into the memory cache on the loader thread: now if it is on disk,
     else when its pending worker compile finishes (loads queue in the order kernels become ready).
     ``cfg`` is the resolved config. Returns the load's future (its CompiledGemm, or None)."""
-    if key in _MEMORY_CACHE or key in _LOADS or not background_load_enabled():
-        return _LOADS.get(key)
+    if key in STORE.memory or key in STORE.loads or not background_load_enabled():
+        return STORE.loads.get(key)
     load: Future = Future()
-    _LOADS[key] = load
-    generation = _GENERATION
+    STORE.loads[key] = load
+    generation = STORE.generation
 
     def queue(_done=None):
         try:
@@ -686,7 +698,7 @@ def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> 
         except RuntimeError:  # the interpreter is shutting down: nobody will ask for it
             load.cancel()
 
-    compiling = _PENDING.get(key)
+    compiling = STORE.pending.get(key)
     if compiling is None:
         queue()
     else:
@@ -698,8 +710,8 @@ def _preload(load: Future, problem, cfg, epilogue, key, generation: int) -> None
     if not load.set_running_or_notify_cancel():  # get_kernel took the job back
         return
     try:
-        compiling = _PENDING.get(key)
-        if generation != _GENERATION or (compiling is not None and compiling.exception() is not None):
+        compiling = STORE.pending.get(key)
+        if generation != STORE.generation or (compiling is not None and compiling.exception() is not None):
             # forgotten (forget_background_work), or the worker failed: get_kernel reports that
             # failure and compiles in the caller
             load.set_result(None)
@@ -708,10 +720,10 @@ def _preload(load: Future, problem, cfg, epilogue, key, generation: int) -> None
         cg = _load_from_disk(problem, cfg, epilogue, key)
         if cg is not None:
             _event("loaded in the background", key)
-            _MEMORY_CACHE.setdefault(key, cg)
-            _PENDING.pop(key, None)
-            STATS["preloaded"] += 1
-            STATS["preload_s"] += time.perf_counter() - t0
+            STORE.memory.setdefault(key, cg)
+            STORE.pending.pop(key, None)
+            STORE.stats["preloaded"] += 1
+            STORE.stats["preload_s"] += time.perf_counter() - t0
         load.set_result(cg)
     except BaseException as e:
         load.set_exception(e)
@@ -721,7 +733,7 @@ def _wait_preload(key: str):
     """The loader's kernel for ``key``: taken from a finished load, waited for if the load is
     under way, or None (no load, a failed one, or one not started yet: the caller then fetches
     the kernel itself rather than queueing behind other loads)."""
-    load = _LOADS.pop(key, None)
+    load = STORE.loads.pop(key, None)
     if load is None or load.cancel():
         return None
     t0 = time.perf_counter()
@@ -730,13 +742,13 @@ def _wait_preload(key: str):
     except Exception as e:
         log.warning("background load of %s failed (%s: %s)", key, type(e).__name__, e)
         cg = None
-    STATS["preload_wait_s"] += time.perf_counter() - t0
-    return _MEMORY_CACHE.get(key) if cg is not None else None
+    STORE.stats["preload_wait_s"] += time.perf_counter() - t0
+    return STORE.memory.get(key) if cg is not None else None
 
 
 def _wait_pending(key: str) -> bool:
     """Wait for a worker compiling ``key``; True if it finished without error."""
-    fut = _PENDING.pop(key, None)
+    fut = STORE.pending.pop(key, None)
     if fut is None:
         return False
     _event("caller waits for worker", key)

@@ -197,7 +197,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
     from .. import compiler
 
-    if variant == SPAWNED_WORKERS and compiler._POOL is not None and compiler._POOL._fork:
+    if variant == SPAWNED_WORKERS and compiler.STORE.pool is not None and compiler.STORE.pool._fork:
         raise RuntimeError(f"{variant!r} needs a process without a worker pool yet: run it with --isolated")
     _clear_our_memory_caches()
     torch._dynamo.reset()
@@ -206,7 +206,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     fallbacks0 = iops.fallback_count
     from ..inductor import device_timing, lowering
 
-    stats0 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
+    stats0 = dict(compiler.STORE.stats, **lowering.TIMES, **device_timing.COUNTS)
     forced0 = FORCED["losses"]
     try:
         with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused():
@@ -228,10 +228,10 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
-    stats1 = dict(compiler.STATS, **lowering.TIMES, **device_timing.COUNTS)
+    stats1 = dict(compiler.STORE.stats, **lowering.TIMES, **device_timing.COUNTS)
     ours = {k: round(v - stats0[k], 3) for k, v in stats1.items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
-    timeline = [(round(t - t0, 3), what, _short(key)) for t, what, key in compiler.EVENTS
+    timeline = [(round(t - t0, 3), what, _short(key)) for t, what, key in compiler.STORE.events
                 if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,

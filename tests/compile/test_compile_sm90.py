@@ -99,8 +99,8 @@ def test_corrupt_disk_cache_entry_is_recompiled(tmp_path, monkeypatch):
     obj.write_bytes(b"garbage")
     cub.write_bytes(b"\x7fELFgarbage")
     meta.write_text(json.dumps({"key": key, "compile_seconds": 1.0}))
-    compiler._MEMORY_CACHE.clear()
-    compiler._FAST_CACHE.clear()
+    compiler.STORE.memory.clear()
+    compiler.STORE.fast.clear()
     k = compiler.get_kernel(p, cfg)
     assert k.cache_hit == "" and k.compile_seconds > 0  # recompiled, not crashed
     assert not obj.exists() or obj.read_bytes() != b"garbage"  # the bad entry is gone

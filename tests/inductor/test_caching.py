@@ -191,19 +191,19 @@ def test_a_fork_of_this_process_starts_without_our_pool(monkeypatch):
     from cutedsl_backend import compiler
 
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
-    monkeypatch.setattr(compiler, "_POOL", compiler._WorkerPool(1))
-    assert compiler._POOL.submit("ping").result(timeout=120)
-    sockets = list(compiler._POOL._sockets)
+    monkeypatch.setattr(compiler.STORE, "pool", compiler._WorkerPool(1))
+    assert compiler.STORE.pool.submit("ping").result(timeout=120)
+    sockets = list(compiler.STORE.pool._sockets)
     assert sockets
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork of a multi-threaded process
         pid = os.fork()
     if pid == 0:
-        ok = compiler._POOL is None and all(s.fileno() == -1 for s in sockets) and not compiler._PENDING
+        ok = compiler.STORE.pool is None and all(s.fileno() == -1 for s in sockets) and not compiler.STORE.pending
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert compiler._POOL is not None and all(s.fileno() != -1 for s in sockets)  # the parent's untouched
+    assert compiler.STORE.pool is not None and all(s.fileno() != -1 for s in sockets)  # the parent's untouched
 
 
 # ---------------------------------------------------------------- the background loader
@@ -221,9 +221,9 @@ def loader(monkeypatch):
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.problem import make_problem
 
-    for name in ("_MEMORY_CACHE", "_FAST_CACHE", "_PENDING", "_LOADS"):
-        monkeypatch.setattr(compiler, name, {})
-    monkeypatch.setattr(compiler, "STATS", dict.fromkeys(compiler.STATS, 0))
+    for name in ("memory", "fast", "pending", "loads"):
+        monkeypatch.setattr(compiler.STORE, name, {})
+    monkeypatch.setattr(compiler.STORE, "stats", dict.fromkeys(compiler.STORE.stats, 0))
     monkeypatch.setattr(compiler, "driver_available", lambda: True)
     monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
     loads = []
@@ -249,22 +249,22 @@ def loader(monkeypatch):
 def test_loader_loads_a_kernel_when_its_worker_finishes(loader):
     c = loader.compiler
     compiling = loader.Future()
-    c._PENDING[loader.key] = compiling
+    c.STORE.pending[loader.key] = compiling
     load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
     assert load is not None and not load.done() and loader.loads == []  # waits for the worker
     compiling.set_result((loader.key, 1.0, ""))
     assert load.result(timeout=30) == ("kernel", loader.key)
-    assert loader.loads == ["cutedsl-load_0"] and c.STATS["preloaded"] == 1
+    assert loader.loads == ["cutedsl-load_0"] and c.STORE.stats["preloaded"] == 1
     # get_kernel takes the loaded kernel: no second load, no wait for the (finished) worker
     assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
-    assert loader.loads == ["cutedsl-load_0"] and c.STATS["loaded"] == 0
-    assert loader.key not in c._PENDING
+    assert loader.loads == ["cutedsl-load_0"] and c.STORE.stats["loaded"] == 0
+    assert loader.key not in c.STORE.pending
 
 
 def test_loader_leaves_a_failed_worker_compile_to_get_kernel(loader, monkeypatch, caplog):
     c = loader.compiler
     compiling = loader.Future()
-    c._PENDING[loader.key] = compiling
+    c.STORE.pending[loader.key] = compiling
     load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
     compiling.set_exception(RuntimeError("worker died"))
     assert load.result(timeout=30) is None and loader.loads == []
@@ -273,7 +273,7 @@ def test_loader_leaves_a_failed_worker_compile_to_get_kernel(loader, monkeypatch
     monkeypatch.setattr(c, "_store_to_disk", lambda cg: None)
     with caplog.at_level("WARNING", logger="cutedsl_backend.compiler"):
         assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("compiled here", loader.key)
-    assert "worker died" in caplog.text and c.STATS["compiled"] == 1
+    assert "worker died" in caplog.text and c.STORE.stats["compiled"] == 1
 
 
 def test_get_kernel_does_not_queue_behind_other_loads(loader):
@@ -296,9 +296,9 @@ def test_loader_can_be_turned_off(loader, monkeypatch):
     c = loader.compiler
     monkeypatch.setenv("CUTEDSL_BACKGROUND_LOAD", "0")
     assert c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key) is None
-    assert c.warm_runtime_async() is None and c._LOADS == {}
+    assert c.warm_runtime_async() is None and c.STORE.loads == {}
     assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
-    assert loader.loads == ["MainThread"] and c.STATS["loaded"] == 1
+    assert loader.loads == ["MainThread"] and c.STORE.stats["loaded"] == 1
 
 
 def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
@@ -307,14 +307,14 @@ def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     c = loader.compiler
     starts = []
     monkeypatch.setattr(c, "_start_runtime", lambda: starts.append(1))
-    monkeypatch.setattr(c, "_RUNTIME_START", None)
+    monkeypatch.setattr(c.STORE, "runtime_start", None)
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
     monkeypatch.setattr(c, "_disk_paths", lambda key: (tmp_path / "kernel.o", tmp_path / "kernel.cubin", meta))
     monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
     assert not c.runtime_warmup_at_enable()
     assert c.precompile_async(loader.problem, loader.cfg, loader.spec) is None  # on disk: no compile
-    c._LOADS[loader.key].result(timeout=30)
+    c.STORE.loads[loader.key].result(timeout=30)
     c.warm_runtime_async().result(timeout=30)
     c.precompile_async(loader.problem, None, loader.spec)  # another kernel: no second start-up
     assert starts == [1] and loader.loads[0] == "cutedsl-load_0"
@@ -327,8 +327,8 @@ def test_forgotten_loads_do_not_fill_the_cache(loader):
     without putting its kernel in the fresh memory cache."""
     c = loader.compiler
     compiling = loader.Future()
-    c._PENDING[loader.key] = compiling
+    c.STORE.pending[loader.key] = compiling
     load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
     c.forget_background_work()
     compiling.set_result((loader.key, 1.0, ""))
-    assert load.result(timeout=30) is None and loader.key not in c._MEMORY_CACHE and loader.loads == []
+    assert load.result(timeout=30) is None and loader.key not in c.STORE.memory and loader.loads == []

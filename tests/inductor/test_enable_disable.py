@@ -114,7 +114,7 @@ def test_enable_starts_the_dsl_runtime_only_when_asked(clean, monkeypatch, warmu
 
     monkeypatch.setattr(compiler, "driver_available", lambda: True)
     monkeypatch.setattr(compiler, "_start_runtime", lambda: None)
-    monkeypatch.setattr(compiler, "_RUNTIME_START", None)
+    monkeypatch.setattr(compiler.STORE, "runtime_start", None)
     monkeypatch.setenv("CUTEDSL_PRECOMPILE_WORKERS", "0")
     monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
     if warmup:
@@ -122,7 +122,7 @@ def test_enable_starts_the_dsl_runtime_only_when_asked(clean, monkeypatch, warmu
     else:
         monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
     cbi.enable(device_arch=as_sm90a)
-    assert (compiler._RUNTIME_START is not None) == (warmup == "enable")
+    assert (compiler.STORE.runtime_start is not None) == (warmup == "enable")
 
 
 def test_cache_keys_carry_the_settings_that_change_our_code(monkeypatch):

@@ -19,7 +19,7 @@ from cutedsl_backend import compiler
 def cache(tmp_path, monkeypatch):
     root = tmp_path / "kc"
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(root))
-    compiler._UNTRUSTED_LOGGED.clear()
+    compiler.STORE.untrusted_logged.clear()
     return root
 
 

@@ -66,12 +66,12 @@ def test_ours_timed_through_the_device_timer_with_the_bound_kwargs(monkeypatch):
     out = torch.empty(2, 2)
     from cutedsl_backend import compiler
 
-    compiler.EVENTS.clear()
+    compiler.STORE.events.clear()
     assert choice.benchmark(x, x, out=out) == 0.25
     assert choice.inductor_calls == 0
     assert seen == ["cfg_x", "cfg_x"]  # once for the output check, once timed
     # bench-inductor's timeline shows each benchmark's start and end
-    assert [(e[1], e[2]) for e in compiler.EVENTS] == [("benchmark starts", "fake_choice"),
+    assert [(e[1], e[2]) for e in compiler.STORE.events] == [("benchmark starts", "fake_choice"),
                                                        ("benchmark done (0.2500 ms)", "fake_choice")]
     torch.testing.assert_close(out, x + x)
     assert choice.benchmark(x, x, out=torch.empty(0)) == 0.0  # nothing to time
@@ -100,11 +100,11 @@ def test_subgraph_compiled_once_and_called_with_its_symbols_first(monkeypatch):
 
     sub = Subgraph()
     assert device_timing.install_on_subgraph(sub) is None
-    compiler.EVENTS.clear()
+    compiler.STORE.events.clear()
     assert sub.benchmark("a", "b", out=None) == 0.5
     assert sub.benchmark("a", "b", out=None) == 0.5
     assert sub.compiles == 1 and calls == [[7, "a", "b"]] * 4
-    assert [e[1] for e in compiler.EVENTS].count("subgraph compiled") == 1  # said only when it compiled
+    assert [e[1] for e in compiler.STORE.events].count("subgraph compiled") == 1  # said only when it compiled
 
 
 def test_subgraph_without_the_pieces_is_left_alone():
