@@ -66,7 +66,10 @@ def test_gpu_jobs_only_on_self_hosted_gpu_runners_in_the_image():
             if not uses_gpu:
                 assert "ubuntu" in runs_on, (p.name, name)
                 continue
-            assert "container" in job and "-gpu:" in job["container"]["image"], (p.name, name)
+            # the GPU image by digest, resolved from the images workflow's build of these inputs
+            assert "container" in job and job["container"]["image"].startswith("${{ needs.image.outputs.ref }}"), \
+                (p.name, name)
+            assert "image" in job["needs"], (p.name, name)
             assert job["container"]["options"] == "--gpus all", (p.name, name)
             assert "environment" in job, f"{p.name}:{name}: self-hosted jobs need an approval environment"
             if "matrix.runner" in runs_on and "include" in json.dumps(job["strategy"]["matrix"]):
@@ -182,3 +185,28 @@ def test_gpu_job_script_requires_the_gpu_and_fails_on_any_failed_step():
     assert (ROOT / ".github" / "scripts" / "gpu-job.sh").stat().st_mode & 0o111
     out = subprocess.run(["bash", "-n", str(ROOT / ".github" / "scripts" / "gpu-job.sh")], capture_output=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_images_are_built_by_ci_and_run_by_digest():
+    """images.yml builds both images, tags them by commit and by the hash of their inputs, and
+    records digests; the GPU workflows resolve the same inputs tag to a digest (the same hashFiles
+    expression everywhere, or they would look for an image nobody built)."""
+    images = load(ROOT / ".github" / "workflows" / "images.yml")
+    build = images["jobs"]["build"]
+    assert build["permissions"] == {"contents": "read", "packages": "write"}
+    assert set(build["strategy"]["matrix"]["kind"]) == {"cpu", "gpu"}
+    script = (ROOT / ".github" / "scripts" / "build-image.sh").read_text()
+    assert ":sha-${SHA}" in script and ":inputs-${inputs}" in script and "RepoDigests" in script
+
+    def inputs_expr(job):
+        return [st["env"]["INPUTS"] for st in job["steps"] if "INPUTS" in st.get("env", {})]
+
+    expected = inputs_expr(build)
+    assert expected and "docker/**" in expected[0] and "cutedsl_backend/**" in expected[0]
+    for wf in ("gpu.yml", "release-validation.yml"):
+        job = load(ROOT / ".github" / "workflows" / wf)["jobs"]["image"]
+        assert inputs_expr(job) == expected, wf
+        assert job["permissions"] == {"contents": "read", "packages": "read"}
+        assert any("resolve-image.sh" in st.get("run", "") for st in job["steps"])
+    resolve = (ROOT / ".github" / "scripts" / "resolve-image.sh").read_text()
+    assert "inputs-${INPUTS:0:16}" in resolve and '@$(echo "${digest}"' in resolve
