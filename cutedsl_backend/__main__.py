@@ -57,15 +57,9 @@ def main(argv=None) -> int:
     bi.add_argument("--blocks", default="mlp,attn_out_proj")
     bi.add_argument("--kernel-dir", help="our kernel cache root (default: a new temporary folder)")
     bi.add_argument("--isolated", action="store_true", help="each block and variant in a fresh process")
-    bi.add_argument("--no-loader-row", action="store_true",
-                    help="with --isolated: add a cold row with the background loader off (its A/B)")
-    bi.add_argument("--warmup-row", action="store_true",
-                    help="with --isolated: add a cold row with the DSL start-up at enable() (its A/B)")
-    bi.add_argument("--timing-row", action="store_true",
-                    help="with --isolated: add a cold row with Inductor's own timing of the fused autotunes (its A/B)")
     bi.add_argument("--loss-rows", action="store_true",
-                    help="with --isolated: add cold rows where every fused chain loses, the inlined GEMMs "
-                         "autotuned with Inductor's backends / with ATen only (CUTEDSL_UNFUSED_GEMM_BACKENDS)")
+                    help="with --isolated: add a cold row where every fused chain loses (its GEMM then "
+                         "autotuned with ATen only)")
     bi.add_argument("--rounds", type=int, default=1,
                     help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
@@ -256,8 +250,7 @@ def main(argv=None) -> int:
             bi.error("--rounds must be at least 1")
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
-                                           no_loader_row=args.no_loader_row, warmup_row=args.warmup_row,
-                                           timing_row=args.timing_row, loss_rows=args.loss_rows,
+                                           loss_rows=args.loss_rows,
                                            rounds=args.rounds,
                                            rows_between=tuple(args.rows.split(",")) if args.rows else None)
         else:

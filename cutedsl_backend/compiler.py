@@ -651,8 +651,8 @@ def _start_runtime() -> None:
 
 
 def background_load_enabled() -> bool:
-    """The loader runs where a driver can load kernels, unless $CUTEDSL_BACKGROUND_LOAD is 0."""
-    return os.environ.get("CUTEDSL_BACKGROUND_LOAD", "1") != "0" and driver_available()
+    """The loader runs where a driver can load kernels."""
+    return driver_available()
 
 
 
@@ -661,11 +661,10 @@ def warm_runtime_async() -> Optional[Future]:
     """Start the DSL runtime in this process on the loader thread, once (later calls return the
     same future; None where the loader is off: see :func:`background_load_enabled`).
 
-    When: by default at the first kernel this process will load (precompile_async: a worker
-    compile submitted, or a kernel found on disk), so the import overlaps the wait for the worker
-    rather than competing for the GIL with Dynamo and Inductor, and a compile that needs none of
-    our kernels pays nothing; $CUTEDSL_RUNTIME_WARMUP=enable starts it at inductor.enable()
-    instead (kept for A/B runs)."""
+    When: at the first kernel this process will load (precompile_async: a worker compile
+    submitted, or a kernel found on disk), so the import overlaps the wait for the worker rather
+    than competing for the GIL with Dynamo and Inductor (starting it at inductor.enable() measured
+    slower), and a compile that needs none of our kernels pays nothing."""
     if not background_load_enabled():
         return None
     with STORE.pool_lock:
@@ -675,11 +674,6 @@ def warm_runtime_async() -> Optional[Future]:
         with STORE.pool_lock:
             start = STORE.runtime_start = STORE.runtime_start or start
     return start
-
-
-def runtime_warmup_at_enable() -> bool:
-    """$CUTEDSL_RUNTIME_WARMUP=enable: inductor.enable() starts the DSL runtime (see above)."""
-    return os.environ.get("CUTEDSL_RUNTIME_WARMUP", "first-kernel") == "enable"
 
 
 def preload_async(problem: GemmProblem, cfg: GemmConfig, epilogue, key: str) -> Optional[Future]:

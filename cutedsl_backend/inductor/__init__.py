@@ -107,9 +107,7 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         install_feedback_saver()
         from .. import compiler
 
-        compiler.warm_precompile_pool()
-        if compiler.runtime_warmup_at_enable():  # else at the first kernel (see warm_runtime_async)
-            compiler.warm_runtime_async()
+        compiler.warm_precompile_pool()  # the DSL runtime starts at the first kernel (warm_runtime_async)
     STATE.top_k, STATE.fuse, STATE.ops = int(top_k), bool(fuse), ops
     from .eligibility import default_device_arch
 

@@ -12,7 +12,6 @@ from the FX graph cache in a fresh process finds them.
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from typing import Any, Optional
 
@@ -150,15 +149,10 @@ def unfused_gemm_backends() -> Optional[str]:
     pass; see :func:`aten_only_where_lost`): "ATEN" (cuBLAS and cuBLASLt's bias epilogue, the
     winners of every such autotune measured on the H200) where Inductor's setting includes ATen
     and more, so a cold compile does not pay a second GEMM autotune, with Triton's template
-    compiles, after ours. None: Inductor's setting stands (also under
-    ``$CUTEDSL_UNFUSED_GEMM_BACKENDS=inductor``; the default is ``aten``)."""
+    compiles, after ours (Inductor's own backends there measured slower to compile, never faster to
+    run). None: Inductor's setting stands (it is ATen alone, or lacks ATen)."""
     from torch._inductor import config as inductor_config
 
-    value = os.environ.get("CUTEDSL_UNFUSED_GEMM_BACKENDS", "aten").strip().lower() or "aten"
-    if value == "inductor":
-        return None
-    if value != "aten":
-        log.warning("cutedsl: CUTEDSL_UNFUSED_GEMM_BACKENDS=%r: expected 'aten' or 'inductor'; using 'aten'", value)
     current = [b.strip().upper() for b in str(getattr(inductor_config, "max_autotune_gemm_backends", "")).split(",")]
     return "ATEN" if "ATEN" in current and current != ["ATEN"] else None
 
@@ -179,10 +173,7 @@ def aten_only_where_lost(templates: list) -> list:
 
 def settings_tag() -> str:
     """The settings that change the code our lowerings produce, for the FX graph cache keys."""
-    from . import device_timing
-
-    return (f"unfused:{unfused_gemm_backends() or 'inductor'}"
-            f"-timing:{'queued' if device_timing.enabled() else 'inductor'}")
+    return f"unfused:{unfused_gemm_backends() or 'inductor'}"
 
 
 class CuteDSLChoices(InductorChoices):

@@ -17,7 +17,7 @@ down-projection, 4096 x 4096 x 14336 bf16, our fused bias+residual measured 0.67
 0.621 ms Inductor's way, the unfused ops 0.619 and 0.611; the cause was not isolated.)
 
 Each choice's ``benchmark`` is replaced on that choice object only (no torch code is patched): the
-same on torch 2.11 and 2.13. ``CUTEDSL_FUSED_TIMING=inductor`` keeps Inductor's timing (the A/B).
+same on torch 2.11 and 2.13.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import time
 from typing import Callable, Optional
 
@@ -34,11 +33,6 @@ log = logging.getLogger("cutedsl_backend.inductor")
 # with the GPU sleep outrun (still timed; the warning says so): bench-inductor and tests read them
 COUNTS = {"device_timed": 0, "subgraphs_timed": 0, "fallbacks": 0, "sleep_outrun": 0}
 MAX_SLEEP_MS = 1000.0
-
-
-def enabled() -> bool:
-    """Queued device timing of fused autotunes: on unless $CUTEDSL_FUSED_TIMING is "inductor"."""
-    return os.environ.get("CUTEDSL_FUSED_TIMING", "queued").strip().lower() != "inductor"
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,17 +7,11 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
   - ``aten+triton``: max-autotune without us (the baseline);
   - ``cutedsl cold``: with us, our kernel disk cache empty (every candidate compiles);
   - ``cutedsl warm``: with us, our kernels on disk from the cold run (the GPU image ships them);
-  - ``cutedsl cold no-loader``: cold with the background loader off (``--no-loader-row``);
-  - ``cutedsl cold warmup-at-enable``: cold with the DSL start-up at enable() (``--warmup-row``);
-  - ``cutedsl cold inductor-timing``: cold with the fused autotunes timed by Inductor's own
-    method instead of device timing (``--timing-row``);
-  - ``cutedsl cold unfused-forced`` / ``-aten``: cold with every fused chain made to lose after
-    its autotune ran, the inlined GEMMs autotuned with Inductor's backends / with ATen only
-    (``--loss-rows``);
+  - ``cutedsl cold unfused-forced-aten``: cold with every fused chain made to lose after its
+    autotune ran, the inlined GEMMs autotuned with ATen only (``--loss-rows``);
   - ``cutedsl cold spawned-workers``: cold with each compile worker a subprocess of its own
     (``--rows``; the default forks them from one process that imported the DSL once);
-  - ``cutedsl cold residual-lost`` / ``-inductor``: the chains with a residual made to lose, the
-    inlined GEMM autotuned with ATen only (the default) / with Inductor's backends (``--rows``).
+  - ``cutedsl cold residual-lost``: the chains with a residual made to lose (``--rows``).
 """
 
 from __future__ import annotations
@@ -89,33 +83,21 @@ class _Winners:
             "timings_ms": sorted(([desc(c), timings[c]] for c in timings), key=lambda r: r[1])[:8]})
 
 
-# Cold variants for A/B runs, each with the environment it sets for its compile only: the background
-# loader off (what the loader saves), and the DSL start-up at enable() (instead of at the first kernel offered).
-NO_LOADER = "cutedsl cold no-loader"
-ENABLE_WARMUP = "cutedsl cold warmup-at-enable"
-INDUCTOR_TIMING = "cutedsl cold inductor-timing"
-# the cold compile when every fused chain loses: our fused choices are compiled and timed as in any
-# fused autotune, then their times are multiplied by FORCED_LOSS_FACTOR (so the autotune waits for
-# our kernels and times them, as a real loss does); the inlined GEMMs autotuned with Inductor's own
-# backends, then with ATen only (the default)
-FORCED_LOSS = "cutedsl cold unfused-forced"
+# Cold variants, each with the environment it sets for its compile only. The cold compile when
+# every fused chain loses: our fused choices are compiled and timed as in any fused autotune, then
+# their times are multiplied by FORCED_LOSS_FACTOR (so the autotune waits for our kernels and times
+# them, as a real loss does); the inlined GEMMs are autotuned with ATen only
 FORCED_LOSS_ATEN = "cutedsl cold unfused-forced-aten"
 # the same for the chains with a residual only (the MLP's down-projection, a near tie when it was
 # measured): their chain loses, the others autotune as usual
 RESIDUAL_LOST = "cutedsl cold residual-lost"
-RESIDUAL_LOST_INDUCTOR = "cutedsl cold residual-lost-inductor"
 # each compile worker a subprocess with its own DSL import (the default forks them from one zygote
 # that imported it once)
 SPAWNED_WORKERS = "cutedsl cold spawned-workers"
 FORCED_LOSS_FACTOR = 1000.0
-AB_VARIANTS = {NO_LOADER: {"CUTEDSL_BACKGROUND_LOAD": "0"}, ENABLE_WARMUP: {"CUTEDSL_RUNTIME_WARMUP": "enable"},
-               INDUCTOR_TIMING: {"CUTEDSL_FUSED_TIMING": "inductor"},
-               FORCED_LOSS: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"},
-               FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1", "CUTEDSL_UNFUSED_GEMM_BACKENDS": "ATEN"},
+AB_VARIANTS = {FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1"},
                SPAWNED_WORKERS: {"CUTEDSL_WORKER_FORK": "0"},
-               RESIDUAL_LOST: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_"},
-               RESIDUAL_LOST_INDUCTOR: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_",
-                                        "CUTEDSL_UNFUSED_GEMM_BACKENDS": "inductor"}}
+               RESIDUAL_LOST: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_"}}
 
 
 # choices of ours made to lose (a forced row where none was had nothing to force: see _run_variant)
@@ -135,8 +117,6 @@ def _forced_unfused():
         yield
         return
     pattern = re.compile("" if which == "1" else which)
-    if not device_timing.enabled():
-        raise RuntimeError("a forced loss needs the device timing of fused autotunes (unset CUTEDSL_FUSED_TIMING)")
     install = device_timing.install_on_ours
 
     def install_losing(choice, call, kwargs):
@@ -277,16 +257,13 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
-                            blocks=("mlp", "attn_out_proj"), log=print, no_loader_row: bool = False,
-                            warmup_row: bool = False, timing_row: bool = False, loss_rows: bool = False,
+                            blocks=("mlp", "attn_out_proj"), log=print, loss_rows: bool = False,
                             rounds: int = 1, rows_between=None) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
     (Inductor's compile workers, Triton caches), so here every variant starts alike. The second
     baseline shows the run-to-run spread. Ratios against the mean of the block's baselines.
-    ``no_loader_row`` adds a cold row with the background loader off, ``warmup_row`` one with the
-    DSL start-up at enable(), ``timing_row`` one with Inductor's timing of the fused autotunes,
-    ``loss_rows`` the two forced-loss rows, all before the last baseline. ``rounds`` repeats that
+    ``loss_rows`` adds the forced-loss row before the last baseline. ``rounds`` repeats that
     order (each round with an empty kernel cache) and ends with each variant's median.
     ``rows_between``: the variants between the two baselines instead of those."""
     import json
@@ -297,9 +274,7 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
     rows = []
     for block in blocks:
         block_rows = []
-        order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((NO_LOADER,) if no_loader_row else ()) + (
-            (ENABLE_WARMUP,) if warmup_row else ()) + ((INDUCTOR_TIMING,) if timing_row else ()) + (
-            (FORCED_LOSS, FORCED_LOSS_ATEN) if loss_rows else ()) + (
+        order = ("aten+triton", "cutedsl cold", "cutedsl warm") + ((FORCED_LOSS_ATEN,) if loss_rows else ()) + (
             "aten+triton",)
         if rows_between:
             order = ("aten+triton", *rows_between, "aten+triton")

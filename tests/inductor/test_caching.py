@@ -225,7 +225,6 @@ def loader(monkeypatch):
         monkeypatch.setattr(compiler.STORE, name, {})
     monkeypatch.setattr(compiler.STORE, "stats", dict.fromkeys(compiler.STORE.stats, 0))
     monkeypatch.setattr(compiler, "driver_available", lambda: True)
-    monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
     loads = []
 
     def fake_load(problem, cfg, epilogue, key):
@@ -292,18 +291,17 @@ def test_get_kernel_does_not_queue_behind_other_loads(loader):
         release.set()
 
 
-def test_loader_can_be_turned_off(loader, monkeypatch):
+def test_no_loader_without_a_driver(loader, monkeypatch):
+    """Without a CUDA driver nothing can be loaded: no loader thread, no runtime start."""
     c = loader.compiler
-    monkeypatch.setenv("CUTEDSL_BACKGROUND_LOAD", "0")
+    monkeypatch.setattr(c, "driver_available", lambda: False)
     assert c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key) is None
     assert c.warm_runtime_async() is None and c.STORE.loads == {}
-    assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
-    assert loader.loads == ["MainThread"] and c.STORE.stats["loaded"] == 1
 
 
 def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     """The DSL's start-up in the compiling process begins when a kernel is first offered (here: one
-    found on disk), once; not at enable() unless CUTEDSL_RUNTIME_WARMUP=enable asks for it."""
+    found on disk), once; not at enable()."""
     c = loader.compiler
     starts = []
     monkeypatch.setattr(c, "_start_runtime", lambda: starts.append(1))
@@ -311,15 +309,11 @@ def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     meta = tmp_path / "meta.json"
     meta.write_text("{}")
     monkeypatch.setattr(c, "_disk_paths", lambda key: (tmp_path / "kernel.o", tmp_path / "kernel.cubin", meta))
-    monkeypatch.delenv("CUTEDSL_RUNTIME_WARMUP", raising=False)
-    assert not c.runtime_warmup_at_enable()
     assert c.precompile_async(loader.problem, loader.cfg, loader.spec) is None  # on disk: no compile
     c.STORE.loads[loader.key].result(timeout=30)
     c.warm_runtime_async().result(timeout=30)
     c.precompile_async(loader.problem, None, loader.spec)  # another kernel: no second start-up
     assert starts == [1] and loader.loads[0] == "cutedsl-load_0"
-    monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", "enable")
-    assert c.runtime_warmup_at_enable()
 
 
 def test_forgotten_loads_do_not_fill_the_cache(loader):

@@ -205,31 +205,24 @@ def test_training_graphs_stay_correct(inductor):
         torch.testing.assert_close(g.float(), ref, atol=0.1, rtol=0.05)
 
 
-@pytest.mark.parametrize("setting, user, expected", [
-    (None, "ATEN,TRITON", "ATEN"),  # default: ATen only
-    ("aten", "ATEN,TRITON", "ATEN"),
-    ("typo", "ATEN,TRITON", "ATEN"),  # warned, the default
-    (None, "TRITON", None),  # a setting without ATen is left alone
-    (None, "ATEN", None),
-    ("inductor", "ATEN,TRITON", None),
+@pytest.mark.parametrize("user, expected", [
+    ("ATEN,TRITON", "ATEN"),  # ATen only
+    ("TRITON", None),  # a setting without ATen is left alone
+    ("ATEN", None),
 ])
-def test_unfused_gemm_backends_setting(monkeypatch, setting, user, expected):
+def test_unfused_gemm_backends(user, expected):
     """The backends an inlined chain's GEMM is autotuned with (None: Inductor's setting stands)."""
     import torch._inductor.config as config
 
     from cutedsl_backend.inductor import choices
 
-    if setting:
-        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", setting)
-    else:
-        monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
     with config.patch(max_autotune_gemm_backends=user):
         assert choices.unfused_gemm_backends() == expected
 
 
 def test_left_unfused_gemm_gets_aten_templates_only(monkeypatch):
     """A GEMM the fusion pass left unfused (its chain lost before) is offered ATen's templates
-    alone (unless the setting says Inductor's); any other GEMM all of them."""
+    alone; any other GEMM all of them."""
     import torch._inductor.config as config
     from torch._inductor.kernel.mm import aten_mm
     from torch._inductor.virtualized import V
@@ -247,33 +240,21 @@ def test_left_unfused_gemm_gets_aten_templates_only(monkeypatch):
     triton_template = object()  # stands for a Triton template (any non-extern template)
     templates = [aten_mm, triton_template]
     graph = Graph()
-    monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
     with V.set_graph_handler(graph), config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
         graph.current_node = Node(lost=True)
         assert choices.aten_only_where_lost(templates) == [aten_mm]
         assert choices.aten_only_where_lost([triton_template]) == [triton_template]  # never none left
         graph.current_node = Node(lost=False)
         assert choices.aten_only_where_lost(templates) == templates
-        graph.current_node = Node(lost=True)
-        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", "inductor")
-        assert choices.aten_only_where_lost(templates) == templates
 
 
-@pytest.mark.parametrize("setting, user, expected", [
-    (None, "ATEN,TRITON", "ATEN"),  # default: ATen only, once the unfused ops won
-    ("inductor", "ATEN,TRITON", "ATEN,TRITON"),
-])
-def test_unfused_winner_gemm_backends(inductor, monkeypatch, setting, user, expected):
-    """When the unfused ops win a fused autotune, their GEMM is lowered with ATen only by default
-    and with Inductor's own setting under $CUTEDSL_UNFUSED_GEMM_BACKENDS=inductor."""
+@pytest.mark.parametrize("user, expected", [("ATEN,TRITON", "ATEN")])
+def test_unfused_winner_gemm_backends(inductor, monkeypatch, user, expected):
+    """When the unfused ops win a fused autotune, their GEMM is lowered with ATen only."""
     import torch._inductor.config as config
 
     from cutedsl_backend.inductor import lowering
 
-    if setting:
-        monkeypatch.setenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", setting)
-    else:
-        monkeypatch.delenv("CUTEDSL_UNFUSED_GEMM_BACKENDS", raising=False)
     seen = []
     inline = lowering._inline
 

@@ -32,24 +32,21 @@ def test_winners_tell_our_kernels_from_the_unfused_subgraph():
 def test_ab_variants_set_their_environment_for_their_compile_only(monkeypatch):
     import os
 
-    from cutedsl_backend.validation.bench_inductor import ENABLE_WARMUP, NO_LOADER, _variant_env
+    from cutedsl_backend.validation.bench_inductor import AB_VARIANTS, SPAWNED_WORKERS, _variant_env
 
-    monkeypatch.delenv("CUTEDSL_BACKGROUND_LOAD", raising=False)
-    monkeypatch.setenv("CUTEDSL_RUNTIME_WARMUP", "first-kernel")
-    with _variant_env(NO_LOADER):
-        assert os.environ["CUTEDSL_BACKGROUND_LOAD"] == "0"
-    with _variant_env(ENABLE_WARMUP):
-        assert os.environ["CUTEDSL_RUNTIME_WARMUP"] == "enable"
-    assert "CUTEDSL_BACKGROUND_LOAD" not in os.environ and os.environ["CUTEDSL_RUNTIME_WARMUP"] == "first-kernel"
+    monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
+    with _variant_env(SPAWNED_WORKERS):
+        assert os.environ["CUTEDSL_WORKER_FORK"] == "0"
+    assert os.environ["CUTEDSL_WORKER_FORK"] == "1"
+    monkeypatch.delenv("CUTEDSL_BENCH_FORCE_UNFUSED", raising=False)
     with _variant_env("cutedsl warm"):  # not an A/B variant: nothing set
-        assert "CUTEDSL_BACKGROUND_LOAD" not in os.environ
-    assert "," not in NO_LOADER + ENABLE_WARMUP  # --variants splits on commas
+        assert "CUTEDSL_BENCH_FORCE_UNFUSED" not in os.environ
+    assert not any("," in v for v in AB_VARIANTS)  # --variants splits on commas
 
 
 def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
     """The forced-loss rows keep our choices in the autotune (compiled, timed) and multiply their
-    times, so the unfused ops win after the whole autotune; only under the variable, and only with
-    the device timing that takes those times."""
+    times, so the unfused ops win after the whole autotune; only under the variable."""
     import pytest
 
     from cutedsl_backend.inductor import device_timing
@@ -62,8 +59,7 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
         choice.benchmark = lambda *args, out: call(*args, **kwargs)
 
     monkeypatch.setattr(device_timing, "install_on_ours", fake_install)
-    assert bi.AB_VARIANTS[bi.FORCED_LOSS_ATEN]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "ATEN"
-    assert bi.AB_VARIANTS[bi.FORCED_LOSS]["CUTEDSL_UNFUSED_GEMM_BACKENDS"] == "inductor"
+    assert bi.AB_VARIANTS[bi.FORCED_LOSS_ATEN]["CUTEDSL_BENCH_FORCE_UNFUSED"] == "1"
     monkeypatch.delenv("CUTEDSL_BENCH_FORCE_UNFUSED", raising=False)
     with bi._forced_unfused():
         assert device_timing.install_on_ours is fake_install
@@ -71,7 +67,6 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
     with bi._forced_unfused():
         assert device_timing.install_on_ours is fake_install
     monkeypatch.setenv("CUTEDSL_BENCH_FORCE_UNFUSED", "1")
-    monkeypatch.delenv("CUTEDSL_FUSED_TIMING", raising=False)
     forced0 = bi.FORCED["losses"]
     with bi._forced_unfused():
         c = Choice()
@@ -91,7 +86,3 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
     assert bi._short(res.name) == res.name
     assert bi.AB_VARIANTS[bi.RESIDUAL_LOST]["CUTEDSL_BENCH_FORCE_UNFUSED"] == "_res_"
     assert len({v.split()[-1] for v in bi.AB_VARIANTS}) == len(bi.AB_VARIANTS)  # each its own cold cache dir
-    monkeypatch.setenv("CUTEDSL_FUSED_TIMING", "inductor")
-    with pytest.raises(RuntimeError, match="device timing"):
-        with bi._forced_unfused():
-            pass

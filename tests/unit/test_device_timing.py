@@ -23,13 +23,6 @@ class FakeChoice:
         return self.ms
 
 
-def test_env_switch(monkeypatch):
-    monkeypatch.delenv("CUTEDSL_FUSED_TIMING", raising=False)
-    assert device_timing.enabled()
-    monkeypatch.setenv("CUTEDSL_FUSED_TIMING", "inductor")
-    assert not device_timing.enabled()
-
-
 def test_timing_failure_falls_back_to_inductor_timing_and_says_so(monkeypatch, caplog):
     def no_gpu(fn, **kw):
         raise RuntimeError("no GPU here")
