@@ -80,8 +80,9 @@ def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
 def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
     """CTA tiles a launch of ``cfg`` covers: the tile grid rounded up to whole clusters along M
     and N (the kernels' TileGrid; a cluster's CTAs past the edge load and store nothing but still
-    hold an SM)."""
-    rows = math.ceil(math.ceil(problem.m / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
+    hold an SM). A 2-CTA MMA tile (sm100a) is two CTA tiles of half its rows."""
+    cta_m = cfg.tile_m // ctas_per_mma(cfg)
+    rows = math.ceil(math.ceil(problem.m / cta_m) / cfg.cluster_m) * cfg.cluster_m
     cols = math.ceil(math.ceil(problem.n / cfg.tile_n) / cfg.cluster_n) * cfg.cluster_n
     return rows * cols * problem.batch
 
@@ -89,11 +90,14 @@ def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
 def split_k_workspace(problem: GemmProblem, cfg: GemmConfig) -> tuple[int, int]:
     """(int32 counters, fp32 elements) of the split-K workspace of ``cfg`` on ``problem``: one
     arrival counter per CTA tile (zero before a launch; the kernel leaves them zero) and one fp32
-    partial tile per K slice of every CTA tile. (0, 0) without split-K."""
+    partial tile per K slice of every CTA tile. (0, 0) without split-K. On sm100a the epilogue's
+    128 threads read the accumulator's 128 tensor-memory lanes, so a CTA tile's partial is sized
+    for 128 rows whatever its own."""
     if cfg.splits == 1:
         return (0, 0)
     tiles = launch_tiles(problem, cfg)
-    return (tiles, tiles * cfg.splits * cfg.tile_m * cfg.tile_n)
+    rows = cfg.tile_m // ctas_per_mma(cfg) if cfg.arch == "sm90a" else max(128, cfg.tile_m // ctas_per_mma(cfg))
+    return (tiles, tiles * cfg.splits * rows * cfg.tile_n)
 
 
 def k_slices(k_tiles: int, splits: int) -> list[tuple[int, int]]:

@@ -13,6 +13,7 @@ class Sm100Family(ArchFamily):
     arch = "sm100a"
     compile_flag = "sm_100a"
     kernel = "cutedsl_backend.kernels.sm100:Sm100Gemm"
+    split_k = True  # compile-verified only: no Blackwell GPU has run it
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         return MAX_MMA_N

@@ -39,6 +39,7 @@ from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
+from .split_k import arrive, k_slice, load_sum, store_partial
 
 EPI_WARPS = (0, 1, 2, 3)
 MMA_WARP = 4
@@ -120,16 +121,18 @@ class Sm100Gemm:
             acc_barriers: cute.struct.MemRange[cutlass.Int64, ACC_STAGES * 2]
             tmem_dealloc_mbar: cutlass.Int64
             tmem_holding_buf: cutlass.Int32
+            split_arrival: cutlass.Int32
 
         self.shared_storage = SharedStorage
 
+        units = grid.total() * self.cfg.splits
         self.kernel(
             tiled_mma, tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, mC,
             self.cluster_layout_vmnk, a_smem_staged, b_smem_staged, c_smem_staged, self.epi_tile,
             grid.clusters_m, grid.clusters_n, grid.total(),
-            mBias, mScaleA, mScaleB, mRes, alpha, beta,
+            mBias, mScaleA, mScaleB, mRes, alpha, beta, mWork, mCounters, units,
         ).launch(
-            grid=grid.launch_grid(max_clusters),
+            grid=(self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(units, max_clusters)),
             block=[self.threads_per_cta, 1, 1],
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,  # one persistent CTA per SM: let the compiler use the registers
@@ -137,6 +140,21 @@ class Sm100Gemm:
         )
 
     # ---------------------------------------------------------------- device side
+    @cute.jit
+    def _unit(self, idx: Int32, tiles: Int32):
+        """Work unit -> (K slice, cluster tile): slice-major, as on sm90a."""
+        if cutlass.const_expr(self.cfg.splits == 1):
+            return Int32(0), idx
+        split = idx // tiles
+        return split, idx - split * tiles
+
+    @cute.jit
+    def _k_range(self, split: Int32, k_tiles: Int32):
+        """(first k-tile, k-tiles) of a unit's K slice."""
+        if cutlass.const_expr(self.cfg.splits == 1):
+            return Int32(0), k_tiles
+        return k_slice(split, k_tiles, self.cfg.splits)
+
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor,
                tma_b: cute.CopyAtom, mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_tma: cute.Tensor,
@@ -146,7 +164,8 @@ class Sm100Gemm:
                clusters_m: Int32, clusters_n: Int32, total_clusters: Int32,
                mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-               alpha: Float32, beta: Float32):
+               alpha: Float32, beta: Float32, mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+               total_units: Int32):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         cta_m, cta_n, first_cluster = cute.arch.block_idx()
@@ -234,22 +253,27 @@ class Sm100Gemm:
 
         if warp_idx == TMA_WARP:
             idx = first_cluster
-            while idx < total_clusters:
-                cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+            while idx < total_units:
+                split, tile_idx = self._unit(idx, total_clusters)
+                k_first, k_count = self._k_range(split, k_tiles)
+                cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                 mma_m = (cm * self.cfg.cluster_m + cta_m) // pair
                 tile_n = cn * self.cfg.cluster_n + cta_n
                 tAgA_t = tAgA[(None, mma_m, None, l)]
                 tBgB_t = tBgB[(None, tile_n, None, l)]
                 ab_producer.reset()
                 peek = ab_producer.try_acquire()
-                for _k in cutlass.range(0, k_tiles, 1, unroll=1):
+                for _k in cutlass.range(0, k_count, 1, unroll=1):
                     handle = ab_producer.acquire_and_advance(peek)
-                    cute.copy(tma_a, tAgA_t[(None, handle.count)], tAsA[(None, handle.index)],
+                    k = handle.count
+                    if cutlass.const_expr(self.cfg.splits > 1):
+                        k = k_first + handle.count
+                    cute.copy(tma_a, tAgA_t[(None, k)], tAsA[(None, handle.index)],
                               tma_bar_ptr=handle.barrier, mcast_mask=a_mcast_mask)
-                    cute.copy(tma_b, tBgB_t[(None, handle.count)], tBsB[(None, handle.index)],
+                    cute.copy(tma_b, tBgB_t[(None, k)], tBsB[(None, handle.index)],
                               tma_bar_ptr=handle.barrier, mcast_mask=b_mcast_mask)
                     peek = cutlass.Boolean(1)
-                    if handle.count + 1 < k_tiles:
+                    if handle.count + 1 < k_count:
                         peek = ab_producer.try_acquire()
                 idx += num_persistent
             ab_producer.tail()
@@ -259,7 +283,9 @@ class Sm100Gemm:
             tCtAcc_base = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), acc_fake.layout)
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
             idx = first_cluster
-            while idx < total_clusters:
+            while idx < total_units:
+                split, _tile = self._unit(idx, total_clusters)
+                k_count = self._k_range(split, k_tiles)[1]
                 tCtAcc = tCtAcc_base[(None, None, None, acc_state.index)]
                 ab_consumer.reset()
                 peek = cutlass.Boolean(1)
@@ -267,7 +293,7 @@ class Sm100Gemm:
                     peek = ab_consumer.try_wait()
                     acc_pipeline.producer_acquire(acc_state)
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-                for _k in cutlass.range(k_tiles):
+                for _k in cutlass.range(k_count):
                     if is_leader_cta:
                         handle = ab_consumer.wait_and_advance(peek)
                         for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
@@ -276,7 +302,7 @@ class Sm100Gemm:
                             tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                         handle.release()
                         peek = cutlass.Boolean(1)
-                        if handle.count + 1 < k_tiles:
+                        if handle.count + 1 < k_count:
                             peek = ab_consumer.try_wait()
                 if is_leader_cta:
                     acc_pipeline.producer_commit(acc_state)
@@ -323,33 +349,56 @@ class Sm100Gemm:
             epi_count = Int32(0)
             group = self.cfg.group
             raster_m = self.cfg.raster == "m"
+            split_arrival = None
+            if cutlass.const_expr(self.cfg.splits > 1):
+                split_arrival = cute.make_tensor(storage.split_arrival.ptr, cute.make_layout(1))
+            epi_threads = 32 * len(EPI_WARPS)
             idx = first_cluster
-            while idx < total_clusters:
-                cm, cn, l = cluster_tile_coord(idx, clusters_m, clusters_n, group, raster_m)
+            while idx < total_units:
+                split, tile_idx = self._unit(idx, total_clusters)
+                cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                 tile = ((cm * self.cfg.cluster_m + cta_m) // pair, cn * self.cfg.cluster_n + cta_n, l)
                 bSG_gC = cute.group_modes(bSG_gC_all[(None, None, None, *tile)], 1, 3)
                 tTR_cC = cute.group_modes(tTR_cC_all[(None, None, None, None, None, *tile)], 3, 5)
                 tTR_tAcc = cute.group_modes(tTR_tAcc_all[(None, None, None, None, None, acc_state.index)], 3, 5)
                 tile_ops = epi_ops.for_tile(Int32(0), Int32(0), l, tidx)
                 acc_pipeline.consumer_wait(acc_state)
-                for s in cutlass.range_constexpr(cute.size(tTR_tAcc.shape, mode=[3])):
-                    cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
-                    coords = tTR_cC[(None, None, None, s)]
-                    coord_of = lambda v: (coords[v][0], coords[v][1])  # noqa: E731
-                    x = tile_ops.apply(tTR_rAcc, coord_of)
-                    tTR_rC.store(x.to(self.c_dtype))
-                    buf = epi_count % EPI_STAGES
-                    cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    if warp_idx == EPI_WARPS[0]:
-                        stores.before_barrier(store_pipeline)
-                    epi_sync.arrive_and_wait()
-                    if warp_idx == EPI_WARPS[0]:
-                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])
-                        store_pipeline.producer_commit()
-                    epi_count += 1
-                with cute.arch.elect_one():
-                    acc_pipeline.consumer_release(acc_state)
+                parts = cute.size(tTR_tAcc.shape, mode=[3])
+                finishes_tile = True
+                if cutlass.const_expr(self.cfg.splits > 1):
+                    # split-K: this slice's accumulator to the workspace, part by part, the tensor
+                    # memory released, then the tile's last slice sums all slices and stores
+                    cta_tile = tile_idx * (self.cfg.cluster_m * self.cfg.cluster_n) + cta_rank
+                    for s in cutlass.range_constexpr(parts):
+                        cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
+                        store_partial(tTR_rAcc, mWork, cta_tile, split, Int32(s), self.cfg.splits, parts, tidx,
+                                      epi_threads)
+                    with cute.arch.elect_one():
+                        acc_pipeline.consumer_release(acc_state)
+                    finishes_tile = arrive(mCounters, cta_tile, self.cfg.splits, tidx, epi_sync, split_arrival)
+                if finishes_tile:
+                    for s in cutlass.range_constexpr(parts):
+                        if cutlass.const_expr(self.cfg.splits > 1):
+                            load_sum(tTR_rAcc, mWork, cta_tile, Int32(s), self.cfg.splits, parts, tidx, epi_threads)
+                        else:
+                            cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
+                        coords = tTR_cC[(None, None, None, s)]
+                        coord_of = lambda v: (coords[v][0], coords[v][1])  # noqa: E731
+                        x = tile_ops.apply(tTR_rAcc, coord_of)
+                        tTR_rC.store(x.to(self.c_dtype))
+                        buf = epi_count % EPI_STAGES
+                        cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
+                        cute.arch.fence_proxy("async.shared", space="cta")
+                        if warp_idx == EPI_WARPS[0]:
+                            stores.before_barrier(store_pipeline)
+                        epi_sync.arrive_and_wait()
+                        if warp_idx == EPI_WARPS[0]:
+                            cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])
+                            store_pipeline.producer_commit()
+                        epi_count += 1
+                if cutlass.const_expr(self.cfg.splits == 1):
+                    with cute.arch.elect_one():
+                        acc_pipeline.consumer_release(acc_state)
                 acc_state.advance()
                 idx += num_persistent
             store_pipeline.producer_tail()

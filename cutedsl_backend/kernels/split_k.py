@@ -1,4 +1,5 @@
-"""Split-K partial sums through a global workspace, reduced in a fixed order (device-side, CuTe DSL).
+"""Split-K partial sums through a global workspace, reduced in a fixed order (device-side, CuTe DSL;
+shared by the sm90 and sm100 kernels).
 
 A split-K launch cuts the K range of every CTA tile into ``splits`` slices that different CTAs
 compute at the same time. Each slice stores its fp32 accumulators to the workspace and counts its
@@ -8,7 +9,8 @@ CTA arrives last, so the same inputs give bitwise the same output. No CTA waits 
 no co-residency is assumed. The last arrival resets the counter to zero: the workspace needs
 zeroing once, when it is allocated (configs.split_k_workspace gives its sizes).
 
-Workspace layout: tile-major, then slice, then register, then thread, so each warp stores and
+Workspace layout: tile, then slice, then part (an epilogue sub-tile where the accumulator is read
+a part at a time, sm100a; one part on sm90a), then register, then thread: each warp stores and
 loads 128 contiguous bytes per register (coalesced), and a thread reads back exactly the
 positions it wrote (a thread's registers map to the same tile coordinates in every slice).
 """
@@ -21,20 +23,29 @@ from cutlass import Float32, Int32, Int64
 
 
 @cute.jit
-def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, split: Int32,
-                    splits: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr, sync,
-                    arrival: cute.Tensor):
-    """Store this slice's ``acc`` (a thread's fp32 accumulator fragment; ``threads`` threads hold
-    the tile) and count it on ``counters[tile]``. Returns whether this CTA holds the tile's last
-    slice: then ``acc`` holds the sum of all slices, in slice order. ``sync`` is a barrier over the
-    ``threads``; ``arrival`` a one-element Int32 shared-memory tensor of this thread group."""
-    regs = cute.size(acc)
-    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
-    tile_elems = regs * threads
-    base = work.iterator + (Int64(tile) * splits * tile_elems + thread)
-    mine = base + Int64(split) * tile_elems
+def _slot(work: cute.Tensor, tile: Int32, split: Int32, part: Int32, splits: cutlass.Constexpr,
+          parts: cutlass.Constexpr, part_elems: cutlass.Constexpr, thread: Int32):
+    """This thread's first element of (tile, slice, part) in the workspace."""
+    return work.iterator + ((Int64(tile) * splits + split) * parts * part_elems + part * part_elems + thread)
+
+
+@cute.jit
+def store_partial(frag: cute.Tensor, work: cute.Tensor, tile: Int32, split: Int32, part: Int32,
+                  splits: cutlass.Constexpr, parts: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr):
+    """Store this thread's fp32 fragment of one part of its slice's accumulators."""
+    regs = cute.size(frag)
+    flat = cute.make_tensor(frag.iterator, cute.make_layout(regs))
+    mine = _slot(work, tile, split, part, splits, parts, regs * threads, thread)
     for r in cutlass.range_constexpr(regs):
         cute.arch.store(mine + r * threads, flat[r])
+
+
+@cute.jit
+def arrive(counters: cute.Tensor, tile: Int32, splits: cutlass.Constexpr, thread: Int32, sync,
+           arrival: cute.Tensor):
+    """Count this slice on ``counters[tile]`` once its threads' stores are done (``sync``: a
+    barrier over them; ``arrival``: a one-element Int32 shared-memory tensor of the group).
+    Returns whether this CTA holds the tile's last slice (then it resets the counter)."""
     sync.arrive_and_wait()
     if thread == 0:
         # release this slice's stores (ordered before the barrier) at GPU scope, then count it;
@@ -45,10 +56,51 @@ def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, 
             counters[tile] = Int32(0)
         arrival[0] = old - (splits - 1)
     sync.arrive_and_wait()
+    return arrival[0] == 0
+
+
+@cute.jit
+def load_sum(frag: cute.Tensor, work: cute.Tensor, tile: Int32, part: Int32, splits: cutlass.Constexpr,
+             parts: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr):
+    """``frag`` = the sum over slices 0, 1, ... of this thread's fragment of one part."""
+    regs = cute.size(frag)
+    flat = cute.make_tensor(frag.iterator, cute.make_layout(regs))
+    part_elems = regs * threads
+    base = _slot(work, tile, Int32(0), part, splits, parts, part_elems, thread)
+    for r in cutlass.range_constexpr(regs):
+        # .cg: read at L2, where the other CTAs' stores are (never a stale L1 line)
+        total = cute.arch.load(base + r * threads, Float32, cop="cg")
+        for s in cutlass.range_constexpr(1, splits):
+            total = total + cute.arch.load(base + (s * parts * part_elems + r * threads), Float32, cop="cg")
+        flat[r] = total
+
+
+@cute.jit
+def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, split: Int32,
+                    splits: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr, sync,
+                    arrival: cute.Tensor):
+    """The whole accumulator at once (sm90a: it is in registers, one part): store this slice's
+    ``acc``, count it (as :func:`arrive`), and where this CTA holds the tile's last slice replace
+    ``acc`` with the sum of all slices in slice order (as :func:`load_sum`). Returns whether it
+    did. (Written out rather than composed of those: this is the code the H200 ran and verified.)"""
+    regs = cute.size(acc)
+    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
+    tile_elems = regs * threads
+    base = work.iterator + (Int64(tile) * splits * tile_elems + thread)
+    mine = base + Int64(split) * tile_elems
+    for r in cutlass.range_constexpr(regs):
+        cute.arch.store(mine + r * threads, flat[r])
+    sync.arrive_and_wait()
+    if thread == 0:
+        cute.arch.fence_acq_rel_gpu()
+        old = cute.arch.atomic_add(counters.iterator + tile, Int32(1), sem="acq_rel", scope="gpu")
+        if old == splits - 1:
+            counters[tile] = Int32(0)
+        arrival[0] = old - (splits - 1)
+    sync.arrive_and_wait()
     last = arrival[0] == 0
     if last:
         for r in cutlass.range_constexpr(regs):
-            # .cg: read at L2, where the other CTAs' stores are (never a stale L1 line)
             total = cute.arch.load(base + r * threads, Float32, cop="cg")
             for s in cutlass.range_constexpr(1, splits):
                 total = total + cute.arch.load(base + (s * tile_elems + r * threads), Float32, cop="cg")

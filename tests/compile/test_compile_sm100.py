@@ -60,3 +60,20 @@ def test_sm100_fp8_and_epilogue_compile():
 def test_sm100_config_rules(cfg, rule):
     with pytest.raises(UnsupportedGemmError, match=rule):
         check_config(cfg, GemmProblem(4096, 4096, 4096, arch="sm100a"))
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 128, arch="sm100a", splits=3),
+                                 GemmConfig(64, 128, cluster_n=2, arch="sm100a", splits=2),
+                                 GemmConfig(256, 128, cluster_m=2, arch="sm100a", two_cta=True, splits=4)],
+                         ids=lambda c: c.name)
+def test_sm100_split_k_compiles_with_gates(cfg):
+    """Split-K on sm100a (the sm90a host logic and reduction, per epilogue part out of tensor
+    memory): tcgen05 UMMA and TMA, one global atomic per tile arrival, no local memory, with a
+    fused epilogue too. Compile-verified only: no Blackwell GPU has run it (tests/gpu/test_gemm_sm100.py)."""
+    import cutedsl_backend as cb
+
+    for spec in (EpilogueSpec(), EpilogueSpec(bias="col", bias_dtype="bfloat16", activation="silu")):
+        k = cb.compile_gemm(16, 4104, 4096, dtype="bfloat16", arch="sm100a", b_major="k", config=cfg, epilogue=spec,
+                            use_cache=False)
+        gates(k, 16)
+        assert k.sass_counts(("ATOMG",))["ATOMG"] > 0

@@ -53,4 +53,5 @@ def test_one_family_per_architecture():
 
         assert quick_configs(arch) and all(is_valid(c, problem) for c in quick_configs(arch)), arch
         assert fam.space() and all(c.arch == arch for c in fam.space())
-    assert family("sm90a").split_k and not family("sm100a").split_k  # refused by name on sm100a
+    assert family("sm90a").split_k and family("sm100a").split_k
+    assert family("sm90a").short_a_loads and not family("sm100a").short_a_loads  # refused by name on sm100a

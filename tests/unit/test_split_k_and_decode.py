@@ -40,8 +40,9 @@ def test_rules_refuse_by_name():
         check_config(GemmConfig(64, 64, schedule="pingpong", splits=MAX_SPLITS + 1), p)
     with pytest.raises(UnsupportedGemmError, match="more K slices than the 2 k-tiles"):
         check_config(GemmConfig(64, 64, schedule="pingpong", splits=3), prob(16, 4096, 128))
-    with pytest.raises(UnsupportedGemmError, match="sm90a only"):
-        check_config(GemmConfig(128, 128, arch="sm100a", splits=2), prob(16, 4096, 4096, arch="sm100a"))
+    check_config(GemmConfig(128, 128, arch="sm100a", splits=2), prob(16, 4096, 4096, arch="sm100a"))  # both archs
+    with pytest.raises(UnsupportedGemmError, match="a_rows"):
+        check_config(GemmConfig(128, 128, arch="sm100a", a_rows=16), prob(16, 4096, 4096, arch="sm100a"))
     with pytest.raises(UnsupportedGemmError, match="M=24 is larger"):
         check_config(GemmConfig(64, 64, schedule="pingpong", a_rows=16), prob(24, 4096, 4096))
     with pytest.raises(UnsupportedGemmError, match="K-major A"):
