@@ -53,8 +53,9 @@ def markdown(report: dict) -> str:
     out = [f"# cutedsl-backend validation: {s['run_id']}", "",
            f"**{'PASS' if s['ok'] else 'FAIL'}**: {c['pass']} passed, {c['fail']} failed, "
            f"{c['skip']} skipped ({s['seconds']} s, tag `{s['tag']}`)", "",
-           f"Machine: {env.get('gpu', 'no GPU')}; torch {env.get('torch')}; "
-           f"nvidia-cutlass-dsl {env.get('nvidia_cutlass_dsl')}; python {env.get('python')}", ""]
+           *(f"Machine: {e.get('gpu', 'no GPU')}; torch {e.get('torch')}; "
+             f"nvidia-cutlass-dsl {e.get('nvidia_cutlass_dsl')}; python {e.get('python')}"
+             for e in env.get("parts", [env])), ""]
     missing = s.get("gpu_required_but_missing")
     if missing:
         archs = ", ".join(missing) if isinstance(missing, list) else "any arch"
@@ -136,6 +137,19 @@ def architectures(results: list, expected) -> dict:
     return out
 
 
+def _merged_perf(sweeps: list):
+    if not sweeps:
+        return None
+    merged = dict(sweeps[0])
+    merged["results"] = [r for sw in sweeps for r in sw.get("results", [])]
+    summary: dict = {}
+    for sw in sweeps:
+        for dtype, v in (sw.get("summary") or {}).items():
+            summary.setdefault(dtype, v)
+    merged["summary"] = summary
+    return merged
+
+
 def merge_reports(out_dir, report_paths, expect=()) -> int:
     """One report from several (a release: one per GPU kind); fails if any part failed or an
     arch of ``expect`` ran no GPU cell in any part (its front page lists, per arch, what ran)."""
@@ -162,7 +176,9 @@ def merge_reports(out_dir, report_paths, expect=()) -> int:
         "environment": {"parts": [p["environment"] for p in parts],
                         "gpu": ", ".join(str(p["environment"].get("gpu", "no GPU")) for p in parts)},
         "results": results,
-        "perf": None,
+        # the perf sweeps run on sm90a GPUs only: one part's sweep is carried whole (several
+        # sweeps: their rows together, each dtype's summary from the first part that has it)
+        "perf": _merged_perf([p.get("perf") for p in parts if p.get("perf")]),
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,6 +294,19 @@ def html(report: dict) -> str:
     mutants = "".join(f"<tr><td>{_esc(m['mutant'])}</td><td>{_esc(m['kind'])}</td><td>{'yes' if m['caught'] else 'NO'}"
                       f"</td><td>{_esc(m['by'])}</td></tr>" for m in report.get("mutants") or [])
     env = report.get("environment", {})
+    machines = "".join(f"<p>Machine: {_esc(e.get('gpu', 'no GPU'))}; torch {_esc(e.get('torch'))}; "
+                       f"nvidia-cutlass-dsl {_esc(e.get('nvidia_cutlass_dsl'))}</p>" for e in env.get("parts", [env]))
+    archs = s.get("architectures") or {}
+    arch_html = ("<h2>Architectures</h2><table><tr><th>arch</th><th>GPU cells passed</th><th>failed</th>"
+                 "<th>not run</th><th>why not run</th></tr>" + "".join(
+                     f"<tr><td>{_esc(k)}</td><td>{a['pass']}</td><td>{a['fail']}</td><td>{a['skip']}</td>"
+                     f"<td>{_esc(a['why_not_run'] or '-')}</td></tr>" for k, a in archs.items()) + "</table>"
+                 ) if archs else ""
+    missing = s.get("gpu_required_but_missing")
+    missing_names = ", ".join(missing) if isinstance(missing, list) else "any arch"
+    missing_html = ""
+    if missing:
+        missing_html = f"<p class=\"bad\"><b>GPU required but not run for: {_esc(missing_names)}.</b></p>"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>cutedsl-backend validation {_esc(s['run_id'])}</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:1400px}} table{{border-collapse:collapse}}
@@ -286,8 +315,7 @@ td,th{{border:1px solid #ddd;padding:4px 8px;font-size:12px}} .heat td{{text-ali
 <h1>cutedsl-backend validation: {_esc(s['run_id'])}</h1>
 <p class="{'ok' if s['ok'] else 'bad'}"><b>{'PASS' if s['ok'] else 'FAIL'}</b>: {c['pass']} passed, {c['fail']} failed,
 {c['skip']} skipped ({s['seconds']} s, tag <code>{_esc(s['tag'])}</code>)</p>
-<p>Machine: {_esc(env.get('gpu', 'no GPU'))}; torch {_esc(env.get('torch'))};
-nvidia-cutlass-dsl {_esc(env.get('nvidia_cutlass_dsl'))}</p>
+{machines}{missing_html}{arch_html}
 <h2>Matrix by architecture, dtype and epilogue</h2>{''.join(heat)}
 <h2>Skips by reason</h2><table><tr><th>reason</th><th>cells</th></tr>{skips}</table>
 <h2>Failures</h2><ul>{fails}</ul>
