@@ -144,6 +144,7 @@ def kernel_mutant(name: str) -> dict:
 
     if gpu_arch() != "sm90a":
         return {"caught": False, "skipped": True, "by": "not run: needs an sm90 GPU"}
+    import cuda.bindings.driver as cuda
     from cutlass import Float32
 
     m, n, k = KERNEL_MUTANT_PROBLEM
@@ -170,7 +171,7 @@ def kernel_mutant(name: str) -> dict:
         views = _views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
         cg._fn(*views, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
                _max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
-               torch.cuda.current_stream().cuda_stream)
+               cuda.CUstream(torch.cuda.current_stream().cuda_stream))
         torch.cuda.synchronize()
         verdicts[label] = compare(out, ref, "bfloat16", k)
     why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
