@@ -42,7 +42,3 @@ class SplitKWorkspaces:
                 self._retired.append(have)  # a captured graph may still point at it
             self._buffers[key] = (work, count)
             return work, count
-
-    def allocated_bytes(self) -> int:
-        with self._lock:
-            return sum(w.numel() * 4 + c.numel() * 4 for w, c in list(self._buffers.values()) + self._retired)

@@ -94,6 +94,12 @@ class DecodeModel:
     max_m: int = 64
     widths: tuple = (64, 96, 128, 192, 256)
     splits: tuple = (1, 2, 3, 4, 6, 8)
+    a_rows: tuple = (16, 32, 0)
+
+    def candidates(self, arch: str = "sm90a") -> list:
+        """Ping-pong 64-row tiles of each width x K slices x A loads of 16 / 32 / all rows."""
+        return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
+                for tn in self.widths for s in self.splits for r in self.a_rows]
 
     def time_us(self, problem: GemmProblem, tile_n: int, splits: int, num_sms: int) -> float:
         elem = dtype_bits(problem.dtype) / 8
@@ -120,12 +126,9 @@ def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
     a_rows = 0
     if problem.a_major == "k":
         a_rows = 16 if problem.m <= 16 else 32 if problem.m <= 32 else 0
-    ranked = sorted((model.time_us(problem, tn, s, num_sms), tn, s) for tn in model.widths for s in model.splits)
-    for _, tn, s in ranked:
-        cfg = GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=a_rows)
-        if fits(cfg, problem, epilogue):
-            return cfg
-    return None
+    mine = [c for c in model.candidates() if c.a_rows == a_rows]
+    ranked = sorted(mine, key=lambda c: (model.time_us(problem, c.tile_n, c.splits, num_sms), c.tile_n, c.splits))
+    return next((c for c in ranked if fits(c, problem, epilogue)), None)
 
 
 def wave_efficiency(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:

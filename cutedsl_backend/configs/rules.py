@@ -70,11 +70,7 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
 
 
 def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:
-    try:
-        check_config(cfg, problem)
-    except UnsupportedGemmError:
-        return False
-    return True
+    return fits(cfg, problem, None)
 
 
 def valid_configs(problem: GemmProblem, space: Optional[Iterable[GemmConfig]] = None) -> list[GemmConfig]:

@@ -39,7 +39,7 @@ from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
-from .split_k import arrive, k_slice, load_sum, store_partial
+from .split_k import arrive, load_sum, store_partial, unit_k_range, work_unit
 
 EPI_WARPS = (0, 1, 2, 3)
 MMA_WARP = 4
@@ -142,18 +142,14 @@ class Sm100Gemm:
     # ---------------------------------------------------------------- device side
     @cute.jit
     def _unit(self, idx: Int32, tiles: Int32):
-        """Work unit -> (K slice, cluster tile): slice-major, as on sm90a."""
-        if cutlass.const_expr(self.cfg.splits == 1):
-            return Int32(0), idx
-        split = idx // tiles
-        return split, idx - split * tiles
+        """Work unit -> (K slice, cluster tile) (split_k.work_unit)."""
+        return work_unit(idx, tiles, self.cfg.splits)
 
     @cute.jit
     def _k_range(self, split: Int32, k_tiles: Int32):
-        """(first k-tile, k-tiles) of a unit's K slice."""
-        if cutlass.const_expr(self.cfg.splits == 1):
-            return Int32(0), k_tiles
-        return k_slice(split, k_tiles, self.cfg.splits)
+        """(first k-tile, k-tiles) of a unit's K slice (split_k.unit_k_range; a method, so a
+        validation mutant can override it)."""
+        return unit_k_range(split, k_tiles, self.cfg.splits)
 
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor,

@@ -47,7 +47,7 @@ from ..configs import (
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
-from .split_k import k_slice, reduce_partials
+from .split_k import reduce_partials, unit_k_range, work_unit
 
 THREADS_PER_WG = 128
 PRODUCER_REGS = 40
@@ -211,18 +211,14 @@ class Sm90Gemm:
     # ---------------------------------------------------------------- device side
     @cute.jit
     def _unit(self, idx: Int32, tiles: Int32):
-        """Work unit -> (K slice, cluster tile)."""
-        if cutlass.const_expr(self.cfg.splits == 1):
-            return Int32(0), idx
-        split = idx // tiles
-        return split, idx - split * tiles
+        """Work unit -> (K slice, cluster tile) (split_k.work_unit)."""
+        return work_unit(idx, tiles, self.cfg.splits)
 
     @cute.jit
     def _k_range(self, split: Int32, k_tiles: Int32):
-        """(first k-tile, k-tiles) of a unit's K slice."""
-        if cutlass.const_expr(self.cfg.splits == 1):
-            return Int32(0), k_tiles
-        return k_slice(split, k_tiles, self.cfg.splits)
+        """(first k-tile, k-tiles) of a unit's K slice (split_k.unit_k_range; a method, so a
+        validation mutant can override it)."""
+        return unit_k_range(split, k_tiles, self.cfg.splits)
 
     @cute.jit
     def _unit_k_tiles(self, idx: Int32, tiles: Int32, k_tiles: Int32):

@@ -80,9 +80,10 @@ def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, 
                     splits: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr, sync,
                     arrival: cute.Tensor):
     """The whole accumulator at once (sm90a: it is in registers, one part): store this slice's
-    ``acc``, count it (as :func:`arrive`), and where this CTA holds the tile's last slice replace
+    ``acc``, count it (:func:`arrive`), and where this CTA holds the tile's last slice replace
     ``acc`` with the sum of all slices in slice order (as :func:`load_sum`). Returns whether it
-    did. (Written out rather than composed of those: this is the code the H200 ran and verified.)"""
+    did. (Its stores and loads are written out rather than :func:`store_partial` /
+    :func:`load_sum`: those address a part and change the generated code the H200 verified.)"""
     regs = cute.size(acc)
     flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
     tile_elems = regs * threads
@@ -90,15 +91,7 @@ def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, 
     mine = base + Int64(split) * tile_elems
     for r in cutlass.range_constexpr(regs):
         cute.arch.store(mine + r * threads, flat[r])
-    sync.arrive_and_wait()
-    if thread == 0:
-        cute.arch.fence_acq_rel_gpu()
-        old = cute.arch.atomic_add(counters.iterator + tile, Int32(1), sem="acq_rel", scope="gpu")
-        if old == splits - 1:
-            counters[tile] = Int32(0)
-        arrival[0] = old - (splits - 1)
-    sync.arrive_and_wait()
-    last = arrival[0] == 0
+    last = arrive(counters, tile, splits, thread, sync, arrival)
     if last:
         for r in cutlass.range_constexpr(regs):
             total = cute.arch.load(base + r * threads, Float32, cop="cg")
@@ -106,6 +99,24 @@ def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, 
                 total = total + cute.arch.load(base + (s * tile_elems + r * threads), Float32, cop="cg")
             flat[r] = total
     return last
+
+
+@cute.jit
+def work_unit(idx: Int32, tiles: Int32, splits: cutlass.Constexpr):
+    """Work unit -> (K slice, cluster tile): units are slice-major (unit = slice * tiles + tile);
+    without split-K a unit is a cluster tile."""
+    if cutlass.const_expr(splits == 1):
+        return Int32(0), idx
+    split = idx // tiles
+    return split, idx - split * tiles
+
+
+@cute.jit
+def unit_k_range(split: Int32, k_tiles: Int32, splits: cutlass.Constexpr):
+    """(first k-tile, k-tiles) of a unit's K slice (all of K without split-K)."""
+    if cutlass.const_expr(splits == 1):
+        return Int32(0), k_tiles
+    return k_slice(split, k_tiles, splits)
 
 
 @cute.jit

@@ -487,12 +487,10 @@ def bench_fp8(shapes, log=print, rounds: int = 3) -> list:
 
 
 def decode_candidates(arch: str = "sm90a") -> list:
-    """The few-token configs configs.DecodeModel chooses among: ping-pong 64-row tiles of each width
-    x K slices x A loads of 16 / 32 / all rows."""
-    from ..configs import DECODE_MODEL, GemmConfig
+    """The few-token configs configs.DecodeModel chooses among."""
+    from ..configs import DECODE_MODEL
 
-    return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
-            for tn in DECODE_MODEL.widths for s in DECODE_MODEL.splits for r in (16, 32, 0)]
+    return DECODE_MODEL.candidates(arch)
 
 
 def mid_candidates(arch: str = "sm90a") -> list:

@@ -88,7 +88,6 @@ def draw(seed: int, index: int, device="cuda") -> Case:
     a = _view(rng, a_shape, dtype, device, notes, "a", gen)
     b = _view(rng, b_shape, dtype, device, notes, "b", gen)
     kwargs: dict = {}
-    out_rows = a_shape[:-1]
     res_shape = (*(torch.broadcast_shapes(a_shape[:-2], b_shape[:-2])), m, n)
     r = rng.random()
     if r < 0.3:
@@ -115,9 +114,7 @@ def draw(seed: int, index: int, device="cuda") -> Case:
             kwargs["residual"] = kwargs["residual"].float()
     q = rng.random()
     out_dtype = kwargs.get("out_dtype", dtype)
-    full_out = (*res_shape[:-2], m, n) if len(a_shape) == 3 or len(b_shape) == 3 else (m, n)
-    if len(a_shape) == 3 and len(b_shape) == 2:
-        full_out = (*out_rows, n)
+    full_out = res_shape  # torch.matmul's result shape
     if q < 0.15:
         kwargs["out"] = torch.empty(full_out, device=device, dtype=out_dtype)
         notes.append("out")

@@ -187,22 +187,13 @@ def run_mutants() -> list[dict]:
     """Every mutant, run; each entry says whether (and by what) it was caught, and its kind (a
     real kernel run on the GPU, a real artifact, or an emulated output). A mutant that could not
     run says so (``skipped``) and is never counted as caught."""
+    runs = ([(name, "broken sm90a kernel, GPU numerics", lambda n=name: kernel_mutant(n)) for name in KERNEL_MUTANTS]
+            + [("kernel without HGMMA", "real cubin, SASS gate", mutant_no_hgmma)]
+            + [(name, "emulated output, tolerance policy", lambda n=name: numeric_fault(n)) for name in NUMERIC_FAULTS])
     out = []
-    for name in KERNEL_MUTANTS:
+    for name, kind, run in runs:
         try:
-            out.append({"mutant": name, "kind": "broken sm90a kernel, GPU numerics", **kernel_mutant(name)})
-        except Exception as e:
-            out.append({"mutant": name, "kind": "broken sm90a kernel", "caught": False,
-                        "by": f"error: {type(e).__name__}: {e}"})
-    for name, fn, kind in (("kernel without HGMMA", mutant_no_hgmma, "real cubin, SASS gate"),):
-        try:
-            out.append({"mutant": name, "kind": kind, **fn()})
+            out.append({"mutant": name, "kind": kind, **run()})
         except Exception as e:  # a mutant that cannot run is reported, never counted as caught
             out.append({"mutant": name, "kind": kind, "caught": False, "by": f"error: {type(e).__name__}: {e}"})
-    for name in NUMERIC_FAULTS:
-        try:
-            out.append({"mutant": name, "kind": "emulated output, tolerance policy", **numeric_fault(name)})
-        except Exception as e:
-            out.append({"mutant": name, "kind": "emulated output", "caught": False,
-                        "by": f"error: {type(e).__name__}: {e}"})
     return out

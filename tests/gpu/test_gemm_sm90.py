@@ -16,6 +16,8 @@ from cutedsl_backend.configs import GemmConfig, quick_configs  # noqa: E402
 from cutedsl_backend.validation.seeds import stable_seed  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
+from .operands import layout_operands  # noqa: E402
+
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -23,16 +25,7 @@ LAYOUTS = list(itertools.product(("k", "m"), ("n", "k")))  # (a_major, b_major)
 
 
 def make_operands(L, M, N, K, dtype, a_major, b_major, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if a_major == "k":
-        a = torch.randn(L, M, K, device="cuda", generator=g).to(dtype)
-    else:
-        a = torch.randn(L, K, M, device="cuda", generator=g).to(dtype).transpose(1, 2)
-    if b_major == "n":
-        b = torch.randn(L, K, N, device="cuda", generator=g).to(dtype)
-    else:
-        b = torch.randn(L, N, K, device="cuda", generator=g).to(dtype).transpose(1, 2)
-    return a, b
+    return layout_operands(L, M, N, K, dtype, a_major, b_major, seed)[:2]
 
 
 def run_and_check(a, b, out_dtype=None, config=None, squeeze=False):

@@ -14,21 +14,14 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
+from .operands import layout_operands as operands  # noqa: E402
+
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 NARROW = [GemmConfig(64, 32, schedule="pingpong"), GemmConfig(128, 32, schedule="cooperative"),
           GemmConfig(64, 32, schedule="pingpong", stages=16), GemmConfig(64, 64, schedule="pingpong", stages=12),
           GemmConfig(64, 32, cluster_n=2, schedule="pingpong")]
 SHAPES = [(1, 1, 200, 520), (1, 16, 4104, 4096), (3, 77, 328, 264), (1, 192, 1000, 776)]  # L, M, N, K
 SEED = 4242
-
-
-def operands(L, M, N, K, dtype, a_major, b_major, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(L, M, K, device="cuda", generator=g) if a_major == "k" else \
-        torch.randn(L, K, M, device="cuda", generator=g).transpose(1, 2)
-    b = torch.randn(L, K, N, device="cuda", generator=g) if b_major == "n" else \
-        torch.randn(L, N, K, device="cuda", generator=g).transpose(1, 2)
-    return a.to(dtype), b.to(dtype), g
 
 
 @pytest.mark.parametrize("cfg", NARROW, ids=lambda c: c.name)

@@ -17,6 +17,8 @@ from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.bench import graph_of  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
+from .operands import layout_operands as operands  # noqa: E402
+
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 SPLIT = [GemmConfig(64, 32, schedule="pingpong", splits=4), GemmConfig(64, 128, schedule="pingpong", splits=3),
          GemmConfig(128, 64, schedule="cooperative", splits=5), GemmConfig(128, 128, cluster_m=2, splits=2),
@@ -24,15 +26,6 @@ SPLIT = [GemmConfig(64, 32, schedule="pingpong", splits=4), GemmConfig(64, 128, 
 # L, M, N, K: tails in every dimension, K not a multiple of the slices' k-tiles, batches
 SHAPES = [(1, 1, 200, 520), (1, 16, 4104, 4096), (3, 77, 328, 1000), (1, 192, 1000, 776), (2, 130, 264, 4104)]
 SEED = 5150
-
-
-def operands(L, M, N, K, dtype, a_major, b_major, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(L, M, K, device="cuda", generator=g) if a_major == "k" else \
-        torch.randn(L, K, M, device="cuda", generator=g).transpose(1, 2)
-    b = torch.randn(L, K, N, device="cuda", generator=g) if b_major == "n" else \
-        torch.randn(L, N, K, device="cuda", generator=g).transpose(1, 2)
-    return a.to(dtype), b.to(dtype), g
 
 
 @pytest.mark.parametrize("cfg", SPLIT, ids=lambda c: c.name)
