@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     b.add_argument("--shapes", default="all", help="prefill | decode | all | MxNxK,...")
     b.add_argument("--dtypes", default="bfloat16,float16")
     b.add_argument("--json", help="write rows here")
+    bh = sub.add_parser("bench-host", help="host microseconds per eager call (gemm, fused gemm, scaled_mm) beside "
+                        "the torch call each replaces, on a tiny shape (GPU)")
+    bh.add_argument("--json", help="write the figures here")
     s = sub.add_parser("sweep", help="time every valid config per shape (tuning)")
     s.add_argument("--shapes", default="all")
     s.add_argument("--dtype", default="bfloat16")
@@ -153,6 +156,14 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(digests, f, indent=1, sort_keys=True)
+        return 0
+    if args.cmd == "bench-host":
+        from .validation.bench import host_overhead_us
+
+        res = host_overhead_us()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
         return 0
     if args.cmd == "fuzz":
         from .validation.fuzz import fuzz

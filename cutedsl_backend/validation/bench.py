@@ -344,32 +344,59 @@ def gil_hog(chunk: int = 2000):
         thread.join()
 
 
-def host_overhead_us(n_calls: int = 2000, log=print) -> dict:
-    """Host time per eager call on a tiny problem (the GPU is never the bottleneck here)."""
+def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
+    """Host microseconds per eager call on a tiny problem (64x64x64: the GPU is never the
+    bottleneck), ours beside the torch call each replaces, alternated in ``rounds`` rounds; each
+    figure is the median over the rounds (the spread, min-max, is kept beside it):
+
+    - ``gemm``: ``gemm(a, b, out=)`` vs ``torch.matmul(a, b, out=)``
+    - ``gemm_bias_gelu``: ``gemm(a, b, bias=, activation="gelu")`` vs ``F.gelu(torch.addmm(bias, a, b))``
+      and cuBLASLt's fused ``torch._addmm_activation(bias, a, b, use_gelu=True)``
+    - ``scaled_mm`` tensorwise and rowwise: ours vs ``torch._scaled_mm`` (fp8 e4m3, bf16 out)
+    """
+    import statistics
+
     import torch
+    import torch.nn.functional as F
 
     import cutedsl_backend as cb
 
-    from ..ops import _prepare
-
-    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, out=out)
-
-    def timeit(fn):
-        return host_us_per_call(fn, n_calls)
-
-    res = {
-        "torch_matmul_us": timeit(lambda: torch.matmul(a, b, out=out)),
-        "gemm_us": timeit(lambda: cb.gemm(a, b, out=out)),
-        "prepare_us": timeit(lambda: _prepare(a, b, None, None)),
+    dev = "cuda"
+    a = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
+    bias = torch.randn(64, device=dev, dtype=torch.bfloat16)
+    out = torch.empty(64, 64, device=dev, dtype=torch.bfloat16)
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=dev)
+    rows, cols = torch.rand(64, 1, device=dev) + 0.5, torch.rand(1, 64, device=dev) + 0.5
+    pairs = {
+        "gemm": (lambda: cb.gemm(a, b, out=out), {"torch.matmul": lambda: torch.matmul(a, b, out=out)}),
+        "gemm_bias_gelu": (lambda: cb.gemm(a, b, bias=bias, activation="gelu"), {
+            "F.gelu(torch.addmm)": lambda: F.gelu(torch.addmm(bias, a, b)),
+            "torch._addmm_activation": lambda: torch._addmm_activation(bias, a, b, use_gelu=True)}),
+        "scaled_mm_tensorwise": (lambda: cb.scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), {
+            "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)}),
+        "scaled_mm_rowwise": (lambda: cb.scaled_mm(a8, b8, rows, cols, out_dtype=torch.bfloat16), {
+            "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, rows, cols, out_dtype=torch.bfloat16)}),
     }
-    from ..compiler import get_kernel
-
-    res["fast_launch_enabled"] = bool(get_kernel(_prepare(a, b, None, None)[0])._fast)
-    log("host overhead per call (us): " + ", ".join(
-        f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()))
+    res: dict = {}
+    for name, (ours, peers) in pairs.items():
+        ours()  # compile/load and plan outside the timing
+        for p in peers.values():
+            p()
+        times: dict = {"ours": [], **{k: [] for k in peers}}
+        for _ in range(rounds):
+            times["ours"].append(host_us_per_call(ours, n_calls))
+            for k, p in peers.items():
+                times[k].append(host_us_per_call(p, n_calls))
+        res[name] = {k: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
+                     for k, v in times.items()}
+        first_peer = next(iter(peers))
+        res[name]["over_peer_us"] = res[name]["ours"]["median_us"] - res[name][first_peer]["median_us"]
+        log(f"host us/call {name}: " + ", ".join(
+            f"{k} {v['median_us']:.1f} ({v['min_us']:.1f}-{v['max_us']:.1f})" for k, v in res[name].items()
+            if isinstance(v, dict)) + f"; ours - {first_peer}: {res[name]['over_peer_us']:+.1f}")
     return res
 
 

@@ -163,6 +163,8 @@ def run_case(case: Case) -> Optional[str]:
         out.fill_(float("nan"))
     try:
         got = cb.gemm(case.a, case.b, **case.kwargs)
+        if got.is_cuda:  # a kernel fault surfaces here, named by this case, not by a later one
+            torch.cuda.synchronize()
     except cb.UnsupportedGemmError:
         return None
     except Exception as e:  # a foreign exception: a finding
@@ -192,5 +194,9 @@ def fuzz(seed: int = 0, cases: int = 300, log=print) -> list:
         if finding:
             findings.append(finding)
             log(finding)
+            if "AcceleratorError" in finding:  # the CUDA context is lost: no later case can run
+                findings.append(f"fuzz seed {seed}: stopped after case {i} (CUDA context lost)")
+                log(findings[-1])
+                break
     log(f"fuzz seed {seed}: {cases} cases, {len(findings)} findings")
     return findings

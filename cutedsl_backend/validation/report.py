@@ -102,6 +102,11 @@ def markdown(report: dict) -> str:
         out.append(f"- improvement: {x}")
     if report.get("perf"):
         out += perf_markdown(report["perf"])
+    if report.get("fuzz"):
+        fz = report["fuzz"]
+        out += ["", f"## Fuzzer: {fz['cases']} random calls, {len(fz['findings'])} findings", "",
+                f"Replay: `python -m cutedsl_backend fuzz --seed {fz['seed']} --cases {fz['cases']}`"]
+        out += [f"- {f}" for f in fz["findings"][:20]]
     if report.get("mutants"):
         mu = report["mutants"]
         ran = [m for m in mu if not m.get("skipped")]
@@ -179,6 +184,9 @@ def merge_reports(out_dir, report_paths, expect=()) -> int:
         # the perf sweeps run on sm90a GPUs only: one part's sweep is carried whole (several
         # sweeps: their rows together, each dtype's summary from the first part that has it)
         "perf": _merged_perf([p.get("perf") for p in parts if p.get("perf")]),
+        # the fuzzer and the mutants run on each GPU part: every part's, in part order
+        "mutants": [m | {"run": p["summary"]["run_id"]} for p in parts for m in p.get("mutants") or []],
+        "fuzz": next((p["fuzz"] for p in parts if p.get("fuzz")), None),
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -293,6 +301,11 @@ def html(report: dict) -> str:
                     for r in res if r["status"] == "fail") or "<li>none</li>"
     mutants = "".join(f"<tr><td>{_esc(m['mutant'])}</td><td>{_esc(m['kind'])}</td><td>{'yes' if m['caught'] else 'NO'}"
                       f"</td><td>{_esc(m['by'])}</td></tr>" for m in report.get("mutants") or [])
+    fz = report.get("fuzz")
+    fuzz_html = "<h2>Fuzzer</h2><p>not run (no GPU)</p>"
+    if fz:
+        fuzz_html = (f"<h2>Fuzzer</h2><p>{fz['cases']} random calls (seed {fz['seed']}), {len(fz['findings'])} "
+                     "findings" + "".join(f"<br><code>{_esc(f)}</code>" for f in fz["findings"][:20]) + "</p>")
     env = report.get("environment", {})
     machines = "".join(f"<p>Machine: {_esc(e.get('gpu', 'no GPU'))}; torch {_esc(e.get('torch'))}; "
                        f"nvidia-cutlass-dsl {_esc(e.get('nvidia_cutlass_dsl'))}</p>" for e in env.get("parts", [env]))
@@ -322,6 +335,7 @@ td,th{{border:1px solid #ddd;padding:4px 8px;font-size:12px}} .heat td{{text-ali
 <h2>Compile times</h2>{charts.histogram(compile_secs, "compile time per cell", "seconds")}
 <h2>Performance sweep (same run, vs the peer)</h2><pre>{_esc(summary_md)}</pre>
 {''.join(perf_html)}
+{fuzz_html}
 <h2>Fault injection</h2><table><tr><th>mutant</th><th>kind</th><th>caught</th><th>by</th></tr>{mutants}</table>
 </body></html>
 """

@@ -156,6 +156,21 @@ def _progress(i, n, t0, what):
     print(f"[{what}] {i}/{n} done, {el:.0f}s elapsed, ~{eta:.0f}s left", file=sys.stderr, flush=True)
 
 
+# fuzz cases per tag; the seed is fixed per tag so that any finding replays with
+# `python -m cutedsl_backend fuzz --seed S --cases N`
+FUZZ_CASES = {"quick": 40, "standard": 300, "full": 3000}
+
+
+def fuzz_gate(tag: str) -> dict:
+    """The fuzzer's run for ``tag``: its seed, case count and findings (each a replayable case)."""
+    from .fuzz import fuzz
+
+    seed = stable_seed("fuzz", tag)
+    t0 = time.time()
+    findings = fuzz(seed, FUZZ_CASES[tag], log=lambda line: print(line, file=sys.stderr, flush=True))
+    return {"seed": seed, "cases": FUZZ_CASES[tag], "findings": findings, "seconds": round(time.time() - t0, 1)}
+
+
 def gpu_archs_missing(results: list, required) -> list:
     """The archs of ``required`` none of whose GPU cells ran (all skipped or absent)."""
     ran = {r["cell"].get("arch") for r in results if r["gate"] == "gpu" and r["status"] != "skip"}
@@ -241,6 +256,14 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
         perf = perf_gate(tag)
         results += perf["results"]
 
+    # the fuzzer: random calls of the eager API against torch's semantics on the GPU present
+    fuzz = None
+    if have is not None:
+        fuzz = fuzz_gate(tag)
+        results.append({"id": f"fuzz/seed{fuzz['seed']}", "gate": "fuzz", "cell": {"arch": have},
+                        "status": "pass" if not fuzz["findings"] else "fail",
+                        "reason": "; ".join(fuzz["findings"][:3])})
+
     # the mutants are the suite's own test, not cells of the product: reported apart, never
     # counted as passed cells; one that ran and was not caught fails the run
     mutants = run_mutants()
@@ -261,8 +284,10 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
     summary["mutants"] = {"total": len(mutants), "caught": sum(m["caught"] for m in mutants),
                           "not_run": sum(bool(m.get("skipped")) for m in mutants),
                           "missed": [m["mutant"] for m in mutants_missed]}
+    if fuzz is not None:
+        summary["fuzz"] = {"seed": fuzz["seed"], "cases": fuzz["cases"], "findings": len(fuzz["findings"])}
     report = {"schema": 1, "summary": summary, "environment": env, "results": results,
-              "perf": perf, "mutants": mutants}
+              "perf": perf, "mutants": mutants, "fuzz": fuzz}
     paths = write_reports(report, out_dir)
     print(paths["markdown"].read_text())
     print(f"reports written to {out_dir}/ ({', '.join(p.name for p in paths.values())})")

@@ -85,3 +85,21 @@ def test_nox_sessions_exist():
     for name in ("def tests", "def lint", "def compile_matrix", "def gpu", "def bench", "def validate",
                  "def compile_versions"):
         assert name in text
+
+
+def test_fuzz_findings_fail_the_report_and_replay(tmp_path, monkeypatch):
+    """The fuzzer's run is a gate: its findings fail the report, which prints the replay command."""
+    from cutedsl_backend.validation import fuzz as fuzz_mod
+    from cutedsl_backend.validation import runner
+
+    monkeypatch.setattr(fuzz_mod, "fuzz", lambda seed, cases, log=print: ["case 3: wrong result"])
+    fz = runner.fuzz_gate("quick")
+    assert fz["cases"] == runner.FUZZ_CASES["quick"] and fz["findings"] == ["case 3: wrong result"]
+    assert fz["seed"] == runner.fuzz_gate("quick")["seed"]  # fixed per tag: replayable
+    report = {"schema": 1, "environment": {}, "results": [], "perf": None, "fuzz": fz,
+              "summary": {"run_id": "t", "tag": "quick", "seconds": 1.0, "ok": False,
+                          "skips_by_reason": {}, "budgets": check_budgets([], load_budgets())}}
+    paths = write_reports(report, tmp_path)
+    md = paths["markdown"].read_text()
+    assert f"fuzz --seed {fz['seed']} --cases {fz['cases']}" in md and "case 3: wrong result" in md
+    assert "case 3: wrong result" in paths["html"].read_text()
