@@ -158,8 +158,12 @@ def main(argv=None) -> int:
                 json.dump(digests, f, indent=1, sort_keys=True)
         return 0
     if args.cmd == "bench-host":
+        import logging
+
         from .validation.bench import host_overhead_us
 
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("cutedsl_backend.compiler").setLevel(logging.INFO)  # why a direct launch is off
         res = host_overhead_us()
         if args.json:
             with open(args.json, "w") as f:

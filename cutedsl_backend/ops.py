@@ -286,6 +286,14 @@ class _Plan:
         # against them (problem.py's memory rules)
         self.in_spans = tuple(None if r is None else r[1] for r in _memory_ranges(a3, b3, *epi.tensors()))
         self.out_span = byte_span(out3.shape, out3.stride(), out3.element_size())
+        # an output TMA cannot write (N * element size not a multiple of 16 bytes, e.g. N = 1):
+        # the kernel writes a buffer with padded rows, copied into the result after the launch
+        self.staged = not _tma_writable(out3)
+        if self.staged:
+            L, M, N = out3.shape
+            pad = -(-N * out3.element_size() // 16) * 16 // out3.element_size()
+            out3 = torch.empty_strided((L, M, N), (M * pad, pad, 1), dtype=out3.dtype, device="meta")
+            self.stage_shape = (L, M, pad)
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
         units = (1 if problem.a_major == "k" else 0, 1 if problem.b_major == "k" else 0, 1)
@@ -305,7 +313,10 @@ class _Plan:
 
     def run(self, a, b, out, epi_ops, alpha, beta):
         fresh = out is None
-        if fresh:
+        dest = out
+        if self.staged:
+            out = torch.empty(self.stage_shape, dtype=self.out_dtype, device=self.device)[..., :self.shape3[2]]
+        elif fresh:
             out = torch.empty(self.result_shape, dtype=self.out_dtype, device=self.device)
         pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
         if (pa | pb | pc) % 16:
@@ -315,7 +326,8 @@ class _Plan:
             _check_vector_alignment(epi_ops)
         if not fresh:
             ranges = (None if p is None else (p, n) for p, n in zip(ins, self.in_spans))
-            _check_no_alias((pc, self.out_span), zip(("a", "b", "bias", "scale_a", "scale_b", "residual"), ranges))
+            _check_no_alias((dest.data_ptr(), self.out_span),
+                            zip(("a", "b", "bias", "scale_a", "scale_b", "residual"), ranges))
         ptrs = (pa, pb, pc) + tuple(p for p in ins[2:] if p is not None)
         stream = torch.cuda.current_stream(self.device).cuda_stream
         work = None
@@ -324,7 +336,12 @@ class _Plan:
             ptrs += (work[0].data_ptr(), work[1].data_ptr())
         self.kernel.launch(self.pack, ptrs, float(alpha), float(beta), stream,
                            lambda: self._views(a, b, out, epi_ops, work))
-        return out
+        if not self.staged:
+            return out
+        if fresh:
+            return out.contiguous().view(self.result_shape)
+        dest.view(self.shape3).copy_(out)
+        return dest
 
     def _views(self, a, b, out, epi_ops, work):  # only for the one-time check of the direct launch path
         # detached: the DSL exports them through DLPack, which refuses tensors that require grad
@@ -395,7 +412,7 @@ def _gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False
         else:
             kernel = get_kernel(problem, config, epi.spec)
             plan = _Plan(problem, kernel, a3, b3, out3, shape3, a.device, epi)
-            plan.run(a3, b3, out3, epi.tensors(), alpha, beta)
+            plan.run(a3, b3, out3, epi.tensors(), alpha, beta)  # a staged plan copies into out3
     return out if out is not None else out3.view(_result_shape(a, b, problem))
 
 
@@ -432,8 +449,13 @@ def _run(a, b, *, bias, residual, activation, scale_a, scale_b, alpha, beta, out
 
 
 def _residual_view(residual):
-    """(L, M, N) -> the (M, N, L) view the kernel reads: unit stride along N (else a copy)."""
-    if residual.stride(2) != 1 and residual.shape[2] > 1:
+    """(L, M, N) -> the (M, N, L) view the kernel reads: unit stride along N, no zero stride on an
+    extent above one (a broadcast over rows or batches; else a copy, logged: the kernel's gathered
+    residual reads only distinct rows and batches correctly)."""
+    if (residual.stride(2) != 1 and residual.shape[2] > 1) or has_zero_stride(residual.shape, residual.stride()):
+        if residual.stride(2) == 1:
+            log.info("residual: strides %s broadcast rows or batches: computing on a packed copy",
+                     tuple(residual.stride()))
         residual = residual.contiguous()
     if residual.shape[0] == 1 and residual.stride(0) != residual.shape[1] * residual.stride(1):
         # one batch: its stride is never used; make it the aligned one TMA's descriptor checks
@@ -481,11 +503,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: Optional[torch.Tensor] = Non
     - ``activation``: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid" or "tanh", as in
       torch.nn.functional. ``alpha``, ``beta``: Python floats.
     - device: CUDA tensors on an sm90 (Hopper) GPU.
-    - ``out``: optional result tensor of exactly the result's shape and dtype, unit stride along N
-      and 16-byte aligned other strides (it may be a strided view); it must not overlap itself or
-      share memory with any input (refused, as in torch).
-    - an input with a zero stride (``expand``) or overlapping elements is computed on a packed copy
-      (logged at INFO on ``cutedsl_backend.ops``); bias and scale data pointers 4-byte aligned.
+    - ``out``: optional result tensor of exactly the result's shape and dtype, unit stride along N,
+      16-byte aligned data (it may be a strided view); it must not overlap itself or share memory
+      with any input (refused, as in torch). An output whose rows TMA cannot store (N times the
+      element size not a multiple of 16 bytes, e.g. N = 1) is written through a padded buffer and
+      copied (one extra copy kernel).
+    - an input with a zero stride (``expand``) or overlapping elements, and a residual broadcast
+      over rows or batches, are computed on a packed copy (logged at INFO on
+      ``cutedsl_backend.ops``); bias and scale data pointers 4-byte aligned.
     - autograd: where an input requires grad (and grad mode is on) the result is differentiable;
       the backward's GEMMs run on these kernels too (``cutedsl_backend.autograd``); no ``out`` then.
 
@@ -558,13 +583,21 @@ def _check_out(out: torch.Tensor, result_shape: tuple, shape3: tuple, dtype: tor
         raise UnsupportedGemmError(
             f"out: strides {tuple(out.stride())} cannot be viewed as the kernel's (L, M, N) = {shape3} result"
         ) from None
-    strides = tuple(out3.stride())
-    if shape3[0] == 1:
-        strides = (0,) + strides[1:]
-    check_strides("out", strides, dtype_name(dtype), 2)
+    if out3.stride(2) != 1 and shape3[2] > 1:
+        raise UnsupportedGemmError(f"layout: out needs unit stride along N, got strides {tuple(out.stride())}")
     if out3.data_ptr() % 16:
         raise UnsupportedGemmError("alignment: out's data pointer must be 16-byte aligned")
     return out3
+
+
+def _tma_writable(out3: torch.Tensor) -> bool:
+    """Whether the kernel's TMA store can write ``out3`` (L, M, N) in place: unit stride along N,
+    row (and, batched, batch) strides whole multiples of 16 bytes. Otherwise the result goes
+    through a padded buffer (see _Plan)."""
+    align = 16 // out3.element_size()
+    L, M, N = out3.shape
+    sl, sm, sn = out3.stride()
+    return (sn == 1 or N == 1) and sm % align == 0 and (L == 1 or sl % align == 0)
 
 
 def _memory_ranges(*tensors) -> tuple:

@@ -210,7 +210,10 @@ def check_strides(what: str, strides: tuple, dtype: str, contiguous_dim: int) ->
 # an order no caller controls. So (one statement of the rules, for the eager API and Inductor):
 # - an input with a zero stride on a dimension of extent > 1 (an ``expand``), or whose elements
 #   overlap each other, is not something TMA can describe: the eager API copies it (logged) and
-#   computes the right result; Inductor does not offer such a GEMM;
+#   computes the right result; Inductor does not offer such a GEMM; the same for a residual
+#   broadcast over rows or batches (the eager API copies it, Inductor leaves the add unfused);
+# - an output whose rows TMA cannot store (N times the element size not a multiple of 16 bytes):
+#   the eager API writes a padded buffer and copies it; Inductor does not offer such a GEMM;
 # - the output must not overlap itself (every element written once) nor share memory with any
 #   input (a tile could read what another tile already wrote): refused, as torch refuses it;
 # - epilogue vectors (bias, scales) are read as 4-byte words: their data pointers must be 4-byte

@@ -240,6 +240,9 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
         if residual.dtype not in out_ok:
             raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
         res_dtype = residual.dtype
+        if _residual_broadcast(residual, a, m, sizes):
+            raise UnsupportedGemmError("residual: broadcast over rows or batches (a zero stride) is not fused "
+                                       "(problem.py's memory rules)")
         res_aligned = _residual_aligned(residual, a.dim, sizes)
     sa = _scale_kind(scale_a, "row", sizes, "scale_a") if scale_a is not None else None
     sb = _scale_kind(scale_b, "col", sizes, "scale_b") if scale_b is not None else None
@@ -252,6 +255,17 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
     return Offer(problem, spec, tuple(configs), dynamic=not all(sizes.is_static(x) for x in extents))
+
+
+def _residual_broadcast(residual: Operand, a: Operand, m, sizes: Sizes) -> bool:
+    """A residual repeated over rows (row stride 0, M > 1) or over the batch (2-D under a batched
+    GEMM, or batch stride 0): the eager op would compute it on a copy, so it is not fused."""
+    batched = a.dim == 3 and not sizes.equals(a.shape[0], 1)
+    if sizes.equals(residual.stride[-2], 0) and not sizes.equals(m, 1):
+        return True
+    if batched and (residual.dim == 2 or sizes.equals(residual.stride[0], 0)):
+        return True
+    return False
 
 
 def _residual_aligned(residual: Operand, gemm_dim: int, sizes: Sizes) -> bool:

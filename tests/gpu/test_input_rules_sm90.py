@@ -156,3 +156,41 @@ def test_gradients_within_twice_torch_error(activation, form):
             err_ours = (o.double() - r).norm() / r.norm()
             err_torch = (t.double() - r).norm() / r.norm()
             assert err_ours <= 2 * err_torch + 2 ** -10, (float(err_ours), float(err_torch))
+
+
+@pytest.mark.parametrize("n", [1, 7, 100])
+@pytest.mark.parametrize("batched", [False, True])
+def test_output_rows_tma_cannot_store_go_through_a_padded_buffer(n, batched):
+    """N * 2 bytes not a multiple of 16 (a GEMV's N = 1, N = 7, 100): the kernel writes padded rows,
+    copied into the result (fresh or ``out=``); found by the fuzzer (garbage before)."""
+    M, K = 200, 96
+    a = randn(*((3,) if batched else ()), M, K, seed=SEED)
+    w = randn(n, K, seed=SEED + 1)  # nn.Linear's weight: b = w.t() is K-major
+    bias = randn(n, seed=SEED + 2)
+    out = cb.gemm(a, w.t(), bias=bias, activation="gelu_tanh")
+    assert out.shape == (*a.shape[:-1], n) and out.is_contiguous()
+    ref = torch.nn.functional.gelu(torch.matmul(a.double(), w.t().double()) + bias.double(), approximate="tanh")
+    m = compare(out, ref, "bfloat16", K, activation="gelu_tanh")
+    assert m["ok"], m
+    given = torch.full((*a.shape[:-1], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert cb.gemm(a, w.t(), bias=bias, activation="gelu_tanh", out=given) is given
+    assert torch.equal(given, out)
+
+
+@pytest.mark.parametrize("which", ["rows", "batch_2d", "batch_stride0"])
+def test_residual_broadcast_over_rows_or_batches_is_computed_on_a_copy(which):
+    """A residual repeated over rows (row stride 0) or batches (2-D under a batched GEMM, batch
+    stride 0): computed on a packed copy; found by the fuzzer (wrong before)."""
+    L, M, N, K = 2, 264, 128, 40
+    a, b = randn(L, M, K, seed=SEED), randn(L, K, N, seed=SEED + 1)
+    if which == "rows":
+        res = randn(1, N, seed=SEED + 2).expand(M, N)
+        a, b = a[0], b[0]
+    elif which == "batch_2d":
+        res = randn(M, N, seed=SEED + 2)
+    else:
+        res = randn(1, M, N, seed=SEED + 2).expand(L, M, N)
+    out = cb.gemm(a, b, residual=res, beta=0.5, activation="relu", alpha=-1.0)
+    ref = torch.relu(-torch.matmul(a.double(), b.double()) + 0.5 * res.double())
+    m = compare(out, ref, "bfloat16", K, activation="relu")
+    assert m["ok"], m

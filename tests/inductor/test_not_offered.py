@@ -52,6 +52,7 @@ def test_residual_alignment_is_decided_statically():
     """The fused offer says whether the residual may be TMA-loaded: aligned (L, M, N) or (M, N)
     residuals yes; a 2-D residual broadcast over a batched GEMM, or an odd row stride or offset, no."""
     from cutedsl_backend.inductor.eligibility import Operand, Sizes, check_gemm
+    from cutedsl_backend.problem import UnsupportedGemmError
 
     a2, b2 = Operand((256, 64), (64, 1), "bfloat16"), Operand((64, 128), (128, 1), "bfloat16")
     a3, b3 = Operand((2, 256, 64), (16384, 64, 1), "bfloat16"), Operand((2, 64, 128), (8192, 128, 1), "bfloat16")
@@ -63,6 +64,11 @@ def test_residual_alignment_is_decided_statically():
 
     assert aligned(a2, b2, Operand((256, 128), (128, 1), "bfloat16"))
     assert aligned(a3, b3, Operand((2, 256, 128), (32768, 128, 1), "bfloat16"))
-    assert not aligned(a3, b3, Operand((256, 128), (128, 1), "bfloat16"))  # broadcast over L
+    # a residual broadcast over L or over rows is not fused at all (the eager op would copy it)
+    for res in (Operand((256, 128), (128, 1), "bfloat16"), Operand((2, 256, 128), (0, 128, 1), "bfloat16")):
+        with pytest.raises(UnsupportedGemmError, match="residual: broadcast"):
+            check_gemm(a3, b3, arch="sm90a", sizes=Sizes(), residual=res)
+    with pytest.raises(UnsupportedGemmError, match="residual: broadcast"):
+        check_gemm(a2, b2, arch="sm90a", sizes=Sizes(), residual=Operand((256, 128), (0, 1), "bfloat16"))
     assert not aligned(a2, b2, Operand((256, 128), (132, 1), "bfloat16"))  # 264-byte rows
     assert not aligned(a2, b2, Operand((256, 128), (128, 1), "bfloat16", offset=1))

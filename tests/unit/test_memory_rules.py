@@ -58,3 +58,20 @@ def test_byte_span_and_overlap():
     assert ranges_overlap(*span(base), *span(bottom))
     assert ranges_overlap(*span(base[2:7]), *span(top))
     assert not ranges_overlap(*span(base[:0]), *span(base))
+
+
+def test_outputs_tma_cannot_store_are_staged():
+    """The eager API writes an output through a padded buffer exactly where TMA cannot store its
+    rows: N times the element size not a multiple of 16 bytes (N = 1, 7, 100 in bf16), or a row or
+    batch stride that is not."""
+    from cutedsl_backend.ops import _tma_writable
+
+    def writable(*shape, strides=None, dtype=torch.bfloat16):
+        t = torch.empty(shape, dtype=dtype) if strides is None else torch.empty_strided(shape, strides, dtype=dtype)
+        return _tma_writable(t)
+
+    assert writable(1, 64, 128) and writable(3, 64, 8) and writable(1, 64, 4, dtype=torch.float32)
+    assert not writable(1, 64, 1) and not writable(1, 64, 7) and not writable(2, 48, 100)
+    assert writable(1, 64, 100, strides=(64 * 104, 104, 1))  # padded rows: stored in place
+    assert not writable(2, 64, 8, strides=(64 * 8 + 4, 8, 1))  # batch stride off 16 bytes
+    assert writable(1, 64, 8, strides=(7, 8, 1))  # one batch: its stride is never used
