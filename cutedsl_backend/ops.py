@@ -158,9 +158,17 @@ def _readable_by_tma(what: str, t: torch.Tensor) -> torch.Tensor:
 def _rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
     """(L, R, C) tensor -> (data_ptr, (R, C, L), strides) of its (R, C, L) view.
 
-    For L == 1 the batch stride is replaced by an aligned extent (TMA checks every stride)."""
+    The stride of an extent-1 dimension is never used; it is replaced by an aligned one that keeps
+    the contiguous dimension the only unit-stride one (TMA checks every stride, and the DSL finds
+    the leading dimension by its unit stride)."""
     L, R, C = t.shape
     sl, sr, sc = t.stride()
+    if cols_contiguous:
+        sc = 1 if C == 1 else sc
+        sr = max(align, -(-C // align) * align) if R == 1 else sr
+    else:
+        sr = 1 if R == 1 else sr
+        sc = max(align, -(-R // align) * align) if C == 1 else sc
     if L == 1:
         sl = sr * R if cols_contiguous else sc * C
         sl = max(align, -(-sl // align) * align)
