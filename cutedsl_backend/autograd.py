@@ -88,7 +88,13 @@ class GemmFunction(torch.autograd.Function):
 
 
 def needs_autograd(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    """Grad mode is on and a tensor among ``tensors`` requires grad (None and non-tensors do not)."""
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if getattr(t, "requires_grad", False):
+            return True
+    return False
 
 
 def setup_context(ctx, inputs, output):

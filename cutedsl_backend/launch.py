@@ -44,6 +44,10 @@ class ArgPack:
         self.stream = ctypes.c_void_p()
         self.scalars = (self.alpha, self.beta, self.clusters, self.stream)
         self.args = [ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
+        # after the first launch: the host function's packed argument array (our structs' addresses,
+        # then the executor's own slots), called directly; None: through run_compiled_program
+        self._packed = None
+        self._bind_tried = False
 
     def _fill(self, ptrs, alpha, beta, stream_handle):
         for d, p in zip(self.descs, ptrs):
@@ -54,7 +58,32 @@ class ArgPack:
 
     def launch(self, ptrs: tuple, alpha: float, beta: float, stream_handle: int) -> None:
         self._fill(ptrs, alpha, beta, stream_handle)
+        if self._packed is not None:
+            self._capi(self._packed)
+            if self._result is not None and self._result.value:
+                raise RuntimeError(f"{self.name}: kernel launch failed (CUDA error {self._result.value})")
+            return
         self.fn.run_compiled_program(self.args)
+        if not self._bind_tried:
+            self._bind_tried = True
+            self._bind()
+
+    def _bind(self) -> None:
+        """Keep the argument array the DSL's executor just packed for this launch (our structs'
+        addresses never change; its own slots, the CUDA result and kernel handles, neither), so the
+        next launches call the host function with it directly instead of repacking it per call
+        (~3 us). Checked against the executor's array; any mismatch keeps the DSL's path."""
+        try:
+            ex = self.fn._default_executor
+            theirs = ex._tls.packed_args
+            n = len(self.args) + ex._num_extra_args
+            if len(theirs) < n or list(theirs[:len(self.args)]) != self.args:
+                raise ValueError("the executor packed other arguments")
+            packed = (ctypes.c_void_p * n)(*theirs[:n])
+            self._capi, self._result = ex.capi_func, ex.cuda_result
+            self._packed = packed
+        except Exception as e:  # another DSL version: its own call path, a few us slower
+            log.info("packed-argument launch disabled for %s: %s", self.name, e)
 
     def matches_dsl(self, ptrs, alpha, beta, stream_handle, views) -> bool:
         """True if these structs hold the same bytes as the DSL's own marshalling of the call
