@@ -139,6 +139,29 @@ def autotuning() -> bool:
     return bool(config.max_autotune or config.max_autotune_gemm)
 
 
+def unsupported_mode() -> Optional[str]:
+    """Why our kernels cannot serve the compile under way, or None. AOTInductor and the C++
+    wrapper call every extern kernel through a C shim (``aoti_torch_cuda_<name>``); ours are
+    Python callables with none, so offering them there would break a compile that works without
+    us. They are not offered in those modes (logged once per mode); Inductor's own candidates
+    serve the graph."""
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    reason = None
+    if V.aot_compilation:
+        reason = "AOTInductor"
+    elif config.cpp_wrapper or getattr(getattr(V, "graph", None), "cpp_wrapper", False):
+        reason = "cpp_wrapper"
+    if reason is None:
+        return None
+    reason = f"{reason}: our extern kernels have no C shim, so none is offered in this mode"
+    if reason not in STATE.modes_logged:
+        STATE.modes_logged.add(reason)
+        log.info("cutedsl: %s", reason)
+    return reason
+
+
 def device_arch(device) -> str:
     return STATE.device_arch(device)
 
@@ -188,7 +211,7 @@ class CuteDSLChoices(InductorChoices):
         return f"cutedsl-{build_tag()}-{settings_tag()}"
 
     def get_template_configs(self, kernel_inputs, templates, op_name, kwarg_overrides=None):
-        active = STATE.enabled and op_name in STATE.ops and autotuning()
+        active = STATE.enabled and op_name in STATE.ops and autotuning() and unsupported_mode() is None
         if active:
             templates = aten_only_where_lost(templates)
         if self._inner is not None:

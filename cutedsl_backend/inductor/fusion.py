@@ -27,7 +27,7 @@ from torch.fx import Graph, Node
 
 from ..epilogue import ACTIVATION_NAMES, torch_activation
 from . import decisions, ops
-from .choices import autotuning, offer_for
+from .choices import autotuning, offer_for, unsupported_mode
 from .eligibility import Sizes, operand_from_fake
 from .state import NO_PLAIN_CANDIDATES, STATE, build_tag
 
@@ -44,7 +44,7 @@ class FusionPass(CustomGraphPass):
     """Install as ``torch._inductor.config.post_grad_custom_post_pass`` (enable() does)."""
 
     def __call__(self, graph: Graph) -> None:
-        if STATE.enabled and STATE.fuse and autotuning():
+        if STATE.enabled and STATE.fuse and autotuning() and unsupported_mode() is None:
             fuse_epilogues(graph)
 
     def uuid(self) -> Optional[Any]:

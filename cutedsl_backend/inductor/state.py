@@ -23,6 +23,8 @@ class State:
     device_arch: Callable = default_device_arch
     # what enable() replaced, put back by disable()
     saved: Optional[dict] = field(default=None, repr=False)
+    # compile modes our kernels cannot serve, already logged (choices.unsupported_mode)
+    modes_logged: set = field(default_factory=set, repr=False)
 
 
 STATE = State()
