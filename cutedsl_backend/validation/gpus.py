@@ -9,11 +9,13 @@ runs unchanged. Each worker then sees its GPU as device 0; kernel disk caches ar
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import re
 import shutil
 import subprocess
-from typing import Optional
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Optional
 
 
 def visible_gpus(env=None) -> list:
@@ -58,3 +60,43 @@ def xdist_workers(default: int, env=None) -> int:
     """Workers for a GPU pytest run: one per GPU on a multi-GPU host, else ``default``."""
     gpus = visible_gpus(env)
     return len(gpus) if len(gpus) > 1 else default
+
+
+def pinned_gpu(hold_s: float = 0.0) -> Optional[str]:
+    """The GPU this process is pinned to ($CUDA_VISIBLE_DEVICES), or None, after ``hold_s``
+    seconds (a stand-in for a GPU cell when the sharding is tested without GPUs)."""
+    if hold_s:
+        import time
+
+        time.sleep(hold_s)
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _pin_pool_worker(gpu_ids) -> None:
+    # each worker takes one id before anything in it initialises CUDA
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu_ids.get()
+
+
+def run_sharded(fn: Callable, items: list, gpus: list, progress: Optional[Callable] = None) -> list:
+    """``[fn(x) for x in items]`` spread over ``gpus``: one spawned process per GPU, pinned to it
+    before CUDA initialises, each taking the next item when it finishes one (work stealing);
+    results in item order. With one GPU or none, in this process. ``fn`` must be picklable (a
+    module-level function); ``progress(done, total)`` is called as results arrive."""
+    if len(gpus) < 2 or len(items) < 2:
+        out = []
+        for i, x in enumerate(items, 1):
+            out.append(fn(x))
+            if progress:
+                progress(i, len(items))
+        return out
+    ctx = mp.get_context("spawn")
+    gpu_ids = ctx.Queue()
+    for g in gpus:
+        gpu_ids.put(g)
+    out = []
+    with ProcessPoolExecutor(len(gpus), mp_context=ctx, initializer=_pin_pool_worker, initargs=(gpu_ids,)) as ex:
+        for i, r in enumerate(ex.map(fn, items, chunksize=1), 1):
+            out.append(r)
+            if progress:
+                progress(i, len(items))
+    return out

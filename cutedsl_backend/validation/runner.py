@@ -4,6 +4,7 @@ matches, then the reports. Every cell ends as pass, fail or skip, and a skip car
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from .budgets import check_budgets, load_budgets
 from .environment import environment, gpu_arch, gpu_description
+from .gpus import run_sharded, visible_gpus
 from .matrix import GPU_SHAPES, Cell, cells, unbuilt_archs
 from .mutants import run_mutants, sass_gate_problems
 from .report import write_reports
@@ -238,16 +240,19 @@ def run_validation(tag="quick", archs=("sm90a", "sm100a"), out_root="reports", r
     # ---- GPU gates
     have = None if compile_only else gpu_arch()
     desc = "compile-only run" if compile_only else gpu_description()
-    gpu_cells = [c for c in matrix]
     t0 = time.time()
-    for i, c in enumerate(gpu_cells, 1):
+    runnable = [c for c in matrix if have == c.arch]
+    for c in matrix:
         if have != c.arch:
             results.append({"id": c.id, "gate": "gpu", "cell": c.to_dict(), "status": "skip",
                             "reason": f"not run: needs {c.arch[:-1]} GPU (found: {desc})"})
-            continue
-        results.append(gpu_gate(c, GPU_SHAPES[tag]))
-        if i % 16 == 0 or i == len(gpu_cells):
-            _progress(i, len(gpu_cells), t0, "gpu")
+    # the numerics cells spread over the host's GPUs (one pinned process each); the perf sweep and
+    # the fuzzer then run here, alone on their GPU
+    gpus = visible_gpus() if runnable else []
+    if len(gpus) > 1:
+        print(f"validate[{tag}]: {len(runnable)} GPU cells on {len(gpus)} GPUs", flush=True)
+    results += run_sharded(functools.partial(gpu_gate, shapes=GPU_SHAPES[tag]), runnable, gpus,
+                           progress=lambda i, n: (i % 16 == 0 or i == n) and _progress(i, n, t0, "gpu"))
 
     perf = None
     if have == "sm90a":

@@ -56,3 +56,18 @@ def test_xdist_workers_really_get_their_gpus(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "12 passed" in out.stdout
+
+
+def test_validation_cells_are_sharded_one_pinned_process_per_gpu(monkeypatch):
+    """On a (simulated) 3-GPU host every cell runs once, in a process pinned to one GPU before
+    CUDA initialises, every GPU takes work, and results come back in cell order; one GPU runs
+    in this process."""
+    from cutedsl_backend.validation.gpus import pinned_gpu, run_sharded
+
+    monkeypatch.setenv("CUTEDSL_GPU_COUNT", "3")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    seen = []
+    got = run_sharded(pinned_gpu, [0.3] * 9, visible_gpus(), progress=lambda i, n: seen.append((i, n)))
+    assert len(got) == 9 and set(got) == {"0", "1", "2"}
+    assert seen[-1] == (9, 9)
+    assert run_sharded(pinned_gpu, [0.0, 0.0], ["0"]) == [None, None]  # one GPU: here, unpinned
