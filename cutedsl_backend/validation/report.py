@@ -102,6 +102,8 @@ def markdown(report: dict) -> str:
         out.append(f"- improvement: {x}")
     if report.get("perf"):
         out += perf_markdown(report["perf"])
+    if "fuzz" in report and not report["fuzz"]:
+        out += ["", "## Fuzzer: not run (no GPU)"]
     if report.get("fuzz"):
         fz = report["fuzz"]
         out += ["", f"## Fuzzer: {fz['cases']} random calls, {len(fz['findings'])} findings", "",
