@@ -81,7 +81,8 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "--ignore-missing-imports", "--follow-imports=silent", "cutedsl_backend/problem.py",
                 "cutedsl_backend/configs", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
                 "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py",
-                "cutedsl_backend/inductor", "cutedsl_backend/compile_worker.py")
+                "cutedsl_backend/inductor", "cutedsl_backend/compile_worker.py", "cutedsl_backend/operands.py",
+                "cutedsl_backend/plan.py", "cutedsl_backend/ops.py")
     session.run("actionlint", "-shellcheck=", "-pyflakes=")
     session.run("zizmor", "--offline", ".github/workflows")
     for dockerfile in ("docker/Dockerfile.gpu", "docker/Dockerfile.cpu"):

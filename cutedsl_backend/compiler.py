@@ -189,6 +189,12 @@ class CompiledGemm:
     def arch(self) -> str:
         return self.problem.arch
 
+    @property
+    def direct_launch(self) -> Optional[bool]:
+        """Whether launches fill the argument structs directly (True), go through the DSL's own
+        marshalling (False), or have not been decided yet (None: no launch so far)."""
+        return self._fast
+
     def sass(self) -> str:
         """SASS text of the cubin (cuobjdump or nvdisasm from PATH, CUDA_HOME or the pip wheels)."""
         if self._sass is None:

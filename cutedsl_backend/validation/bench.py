@@ -109,7 +109,7 @@ def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, 
 
     import cutedsl_backend as cb
 
-    from ..ops import _prepare
+    from ..operands import prepare
     from .power import PowerSampler
 
     sampler = PowerSampler(torch.cuda.current_device())
@@ -121,7 +121,7 @@ def bench_shapes(shapes: Iterable, dtypes=("bfloat16", "float16"), config=None, 
             a = torch.randn(m, k, device="cuda").to(tdt)
             b = torch.randn(k, n, device="cuda").to(tdt)
             out = torch.empty(m, n, device="cuda", dtype=tdt)
-            problem, _, _ = _prepare(a, b, None, config)
+            problem, _, _ = prepare(a, b, None, config)
             from ..compiler import get_kernel
 
             kern = get_kernel(problem, config)
@@ -380,14 +380,14 @@ def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
         "scaled_mm_rowwise": (lambda: cb.scaled_mm(a8, b8, rows, cols, out_dtype=torch.bfloat16), {
             "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, rows, cols, out_dtype=torch.bfloat16)}),
     }
-    from .. import ops
+    from ..plan import PLANS
 
     res: dict = {}
     for name, (ours, peers) in pairs.items():
-        ops._TLS.plans = {}
+        PLANS.clear()
         ours()  # compile/load and plan outside the timing
-        plan = next(iter(ops._TLS.plans.values()), None)
-        fast = None if plan is None else plan.kernel._fast  # the direct launch (else the DSL's marshalling)
+        plan = PLANS.newest()
+        fast = None if plan is None else plan.kernel.direct_launch  # else the DSL's argument marshalling
         for p in peers.values():
             p()
         times: dict = {"ours": [], **{k: [] for k in peers}}

@@ -151,11 +151,11 @@ def _variant_env(variant: str):
 
 
 def _clear_our_memory_caches():
-    from .. import compiler, ops
+    from .. import compiler
+    from ..plan import PLANS
 
     compiler.forget_background_work()
-    if hasattr(ops._TLS, "plans"):
-        ops._TLS.plans.clear()
+    PLANS.clear()
 
 
 def _short(key: str) -> str:

@@ -136,7 +136,7 @@ def kernel_mutant(name: str) -> dict:
 
     from ..compiler import _compile_fresh, _resolve
     from ..epilogue import EpilogueSpec
-    from ..ops import _max_clusters, _views
+    from ..operands import kernel_views, max_clusters
     from ..problem import GemmProblem
     from .environment import gpu_arch
     from .mutant_kernels import sm90_mutants
@@ -168,9 +168,9 @@ def kernel_mutant(name: str) -> dict:
     for label, cls in (("control", None), ("mutant", sm90_mutants()[name])):
         cg = _compile_fresh(problem, cfg, EpilogueSpec(), key + "-" + label, kernel_class=cls)
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        views = _views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
+        views = kernel_views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
         cg._fn(*views, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
-               _max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
+               max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
                cuda.CUstream(torch.cuda.current_stream().cuda_stream))
         torch.cuda.synchronize()
         verdicts[label] = compare(out, ref, "bfloat16", k)

@@ -60,7 +60,7 @@ def test_row_bias_residual_alpha_beta(cfg, dtype):
 def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
     """An aligned residual is TMA-loaded, a misaligned one (data one element in) gathered; both
     exact over tails, batches and many tiles per CTA."""
-    from cutedsl_backend.ops import _prepare
+    from cutedsl_backend.operands import EpilogueOperands, prepare
 
     a, b, g = operands(2, 1000, 2056, 776, torch.bfloat16, seed=4)
     wide = torch.randn(2, 1000, 2056 + 8, device="cuda", generator=g).to(getattr(torch, res_dtype))
@@ -68,8 +68,8 @@ def test_residual_tma_and_gathered(cfg, res_dtype, aligned):
     out = torch.full((2, 1000, 2056), float("nan"), device="cuda", dtype=torch.bfloat16)
     cb.gemm(a, b, residual=res, alpha=0.5, beta=2.0, config=cfg, out=out)
     check(out, reference(a.double() @ b.double(), residual=res.double(), alpha=0.5, beta=2.0), 776)
-    problem, *_ = _prepare(a, b, None, None)
-    assert cb.ops._Epilogue(problem, a.device, None, res, None, None, None).spec.residual_tma == aligned
+    problem, *_ = prepare(a, b, None, None)
+    assert EpilogueOperands(problem, a.device, None, res, None, None, None).spec.residual_tma == aligned
 
 
 def test_wide_tile_with_the_whole_epilogue():

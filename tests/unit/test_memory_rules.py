@@ -64,11 +64,11 @@ def test_outputs_tma_cannot_store_are_staged():
     """The eager API writes an output through a padded buffer exactly where TMA cannot store its
     rows: N times the element size not a multiple of 16 bytes (N = 1, 7, 100 in bf16), or a row or
     batch stride that is not."""
-    from cutedsl_backend.ops import _tma_writable
+    from cutedsl_backend.operands import tma_writable
 
     def writable(*shape, strides=None, dtype=torch.bfloat16):
         t = torch.empty(shape, dtype=dtype) if strides is None else torch.empty_strided(shape, strides, dtype=dtype)
-        return _tma_writable(t)
+        return tma_writable(t)
 
     assert writable(1, 64, 128) and writable(3, 64, 8) and writable(1, 64, 4, dtype=torch.float32)
     assert not writable(1, 64, 1) and not writable(1, 64, 7) and not writable(2, 48, 100)
@@ -84,10 +84,10 @@ def test_descriptor_strides_of_unit_extents_are_aligned_and_unambiguous(shape, s
     """Extent-1 dimensions (M = 1, N = 1, one batch) get aligned strides, and the contiguous
     dimension stays the only unit-stride one (the DSL found no leading dimension otherwise: a
     fuzzer finding, M = N = 1 batched)."""
-    from cutedsl_backend.ops import _rcl
+    from cutedsl_backend.operands import rcl
 
     t = torch.empty_strided(shape, strides, dtype=torch.bfloat16)
-    _, (R, C, L), (sr, sc, sl) = _rcl(t, cols, 8)
+    _, (R, C, L), (sr, sc, sl) = rcl(t, cols, 8)
     lead, others = (sc, (sr, sl)) if cols else (sr, (sc, sl))
     assert lead == 1 and all(s % 8 == 0 and s > 0 for s in others)
     if shape[1] > 1 and shape[2] > 1:
