@@ -82,7 +82,9 @@ def lint(session: nox.Session) -> None:
                 "cutedsl_backend/configs", "cutedsl_backend/epilogue.py", "cutedsl_backend/validation/matrix.py",
                 "cutedsl_backend/validation/tolerances.py", "cutedsl_backend/validation/budgets.py",
                 "cutedsl_backend/inductor", "cutedsl_backend/compile_worker.py", "cutedsl_backend/operands.py",
-                "cutedsl_backend/plan.py", "cutedsl_backend/ops.py")
+                "cutedsl_backend/plan.py", "cutedsl_backend/ops.py", "cutedsl_backend/kernel.py",
+                "cutedsl_backend/build.py", "cutedsl_backend/disk_cache.py", "cutedsl_backend/store.py",
+                "cutedsl_backend/background.py", "cutedsl_backend/compiler.py")
     session.run("actionlint", "-shellcheck=", "-pyflakes=")
     session.run("zizmor", "--offline", ".github/workflows")
     for dockerfile in ("docker/Dockerfile.gpu", "docker/Dockerfile.cpu"):

@@ -1,4 +1,4 @@
-"""Compile workers (started by compiler._WorkerPool), in one of two ways:
+"""Compile workers (started by workers.WorkerPool), in one of two ways:
 
 - ``python -m cutedsl_backend.compile_worker``: one worker; jobs on stdin, replies on stdout.
 - ``python -m cutedsl_backend.compile_worker --zygote FD``: imports the DSL once, then forks one
@@ -27,7 +27,7 @@ ZYGOTE_READY = b"r"
 
 def _serve(jobs, replies) -> None:
     """Answer jobs from the binary stream ``jobs`` on ``replies`` until ``jobs`` ends."""
-    from .compiler import worker_compile
+    from .background import worker_compile
 
     while True:
         try:

@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the kernel's type only, for the annotation
-    from .compiler import CompiledGemm
+    from .kernel import CompiledGemm
 
 log = logging.getLogger("cutedsl_backend.compiler")
 

@@ -62,7 +62,7 @@ class _Worker:
     kill: Any = None  # () -> None: ends the process (a worker that stopped answering)
 
 
-class _WorkerPool:
+class WorkerPool:
     """Worker processes fed pickled (problem, config, epilogue) jobs, one feeding thread each."""
 
     def __init__(self, workers: int):

@@ -336,5 +336,5 @@ def plain_gemm_choices(kernel_inputs, op_name: str, kwarg_overrides) -> list:
     layout = kernel_inputs.output_layout(flexible=False)
     log.debug("cutedsl: offering %d configs for %s: %s", len(offer.configs), offer.describe(),
               [c.name for c in offer.configs])
-    compiler._event("plain candidates offered", op_name)
+    compiler.STORE.event("plain candidates offered", op_name)
     return bind(offer, kind, list(nodes), layout, kwargs, order, dkey)

@@ -123,9 +123,9 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
             return 0.0
         # bench-inductor's timeline: where the autotune's time goes (ours named with their config)
         name = f"{getattr(choice, 'name', '')} {getattr(choice, 'description', '')}".strip()
-        compiler._event("benchmark starts", name)
+        compiler.STORE.event("benchmark starts", name)
         if prepare is not None and prepare():
-            compiler._event("subgraph compiled", name)
+            compiler.STORE.event("subgraph compiled", name)
         device = next((a.device for a in (*args, out) if isinstance(a, torch.Tensor) and a.is_cuda), None)
         try:
             with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
@@ -134,12 +134,12 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
                     out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
                 ms = device_ms_per_call(lambda: run(args), warm_up=not ran)  # that run was the warm-up
             COUNTS[kind] += 1
-            compiler._event(f"benchmark done ({ms:.4f} ms)", name)
+            compiler.STORE.event(f"benchmark done ({ms:.4f} ms)", name)
             return ms
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
             torch.cuda.synchronize()
             COUNTS["fallbacks"] += 1
-            compiler._event("benchmark falls back to Inductor's timing", name)
+            compiler.STORE.event("benchmark falls back to Inductor's timing", name)
             log.warning("cutedsl: %s could not be timed on the device (%s: %s); Inductor's timing used",
                         getattr(choice, "name", choice), type(e).__name__, e)
             return inductor_benchmark(*args, out=out)

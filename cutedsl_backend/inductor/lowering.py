@@ -137,9 +137,9 @@ def _lower(kind: tuple, *args, **kwargs):
     # say which it took (_select could not tell the unfused winner from ours).
     choices.insert(len(choices) if getattr(inductor_config, "deterministic", False) else 0, unfused)
     t1 = time.perf_counter()
-    compiler._event("fused autotune starts", name)
+    compiler.STORE.event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)
-    compiler._event("fused autotune done", name)
+    compiler.STORE.event("fused autotune done", name)
     TIMES["fused_autotunes"] += 1
     TIMES["unfused_subgraph_s"] += t1 - t0
     TIMES["fused_autotune_s"] += time.perf_counter() - t1

@@ -20,13 +20,13 @@ DECODE_SHAPES = [(128, 8192, 8192), (16, 8192, 8192)]
 
 def precompile(pairs: list, workers: Optional[int] = None) -> list:
     """Compile (problem, config[, epilogue spec]) tuples into the disk cache, in the compile
-    worker processes (compiler._WorkerPool); one (config name, compile seconds, error) per pair."""
-    from ..compiler import _WorkerPool, cache_dir, get_kernel
+    worker processes (workers.WorkerPool); one (config name, compile seconds, error) per pair."""
+    from ..compiler import WorkerPool, cache_dir, get_kernel
 
     workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
     futures = None
     if workers > 1 and len(pairs) > 1:
-        pool = _WorkerPool(workers)
+        pool = WorkerPool(workers)
         futures = [pool.submit(p[0], p[1], p[2] if len(p) > 2 else None, str(cache_dir())) for p in pairs]
     out = []
     for i, p in enumerate(pairs):

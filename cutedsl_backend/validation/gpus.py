@@ -4,7 +4,7 @@ pytest-xdist workers (``gw0``, ``gw1``, ...) are pinned one per GPU, round robin
 ``CUDA_VISIBLE_DEVICES`` in the worker before anything initialises CUDA (tests/conftest.py does
 it at import); work stealing between the workers balances them. A host with one GPU (or none)
 runs unchanged. Each worker then sees its GPU as device 0; kernel disk caches are safe to share
-(private directory, one compile per key across processes: compiler._key_lock).
+(private directory, one compile per key across processes: DiskCache.lock).
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ def kernel_mutant(name: str) -> dict:
     it is not run (said so, never counted as caught)."""
     import torch
 
-    from ..compiler import _compile_fresh, _resolve
+    from ..build import compile_kernel
+    from ..compiler import resolve
     from ..epilogue import EpilogueSpec
     from ..operands import kernel_views, max_clusters
     from ..problem import GemmProblem
@@ -152,7 +153,8 @@ def kernel_mutant(name: str) -> dict:
     from ..configs import GemmConfig
 
     config = GemmConfig(128, 128, splits=2) if "split" in name else GemmConfig(128, 128)
-    cfg, key = _resolve(problem, config, EpilogueSpec())
+    which = resolve(problem, config, EpilogueSpec())
+    cfg = which.config
     g = torch.Generator(device="cuda").manual_seed(4711)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -166,7 +168,7 @@ def kernel_mutant(name: str) -> dict:
         counters = torch.zeros(tiles, device="cuda", dtype=torch.int32)
     verdicts = {}
     for label, cls in (("control", None), ("mutant", sm90_mutants()[name])):
-        cg = _compile_fresh(problem, cfg, EpilogueSpec(), key + "-" + label, kernel_class=cls)
+        cg = compile_kernel(problem, which, kernel_cls=cls)  # never cached
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         views = kernel_views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
         cg._fn(*views, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),

@@ -252,7 +252,7 @@ def worker_pool_contention(workers: int = 8) -> dict:
 
     alone = cpu_work()
     t0 = time.perf_counter()
-    pool = compiler._WorkerPool(workers)
+    pool = compiler.WorkerPool(workers)
     ready = [pool.submit(None) for _ in range(workers)]
     beside = cpu_work()
     for f in ready:

@@ -24,16 +24,18 @@ from .seeds import stable_seed
 
 def compile_gate(cell: Cell) -> dict:
     """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
-    from ..compiler import _compile_fresh, _resolve, _store_to_disk
+    from ..build import compile_kernel
+    from ..compiler import STORE, resolve
     from ..problem import dtype_bits
 
     p = cell.problem()
     res = {"id": cell.id, "gate": "compile", "cell": cell.to_dict()}
     try:
         epi = cell.epilogue_spec()
-        cfg, key = _resolve(p, cell.config, epi)
-        cg = _compile_fresh(p, cfg, epi, key)
-        _store_to_disk(cg)  # the GPU stage (and later runs) load it instead of recompiling
+        which = resolve(p, cell.config, epi)
+        cfg = which.config
+        cg = compile_kernel(p, which)
+        STORE.disk.store(cg)  # the GPU stage (and later runs) load it instead of recompiling
         counts = cg.sass_counts()
         r = cg.resources
         problems = sass_gate_problems(counts, p.arch, dtype_bits(p.dtype), r.local_bytes)

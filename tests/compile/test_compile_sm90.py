@@ -85,16 +85,16 @@ def test_bad_request_raises_before_compiling():
 
 
 def test_corrupt_disk_cache_entry_is_recompiled(tmp_path, monkeypatch):
-    from cutedsl_backend import compiler
+    from cutedsl_backend import compiler, disk_cache
     from cutedsl_backend.problem import make_problem
 
     # read the entry even on a machine without a CUDA driver (where the cache is otherwise off)
-    monkeypatch.setattr(compiler, "driver_available", lambda: True)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
 
     p = make_problem(512, 512, 512, dtype="float16")
     cfg = quick_configs("sm90a")[5]
-    key = compiler._cache_key(p, resolve_config(cfg, p), EpilogueSpec().key())
-    obj, cub, meta = compiler._disk_paths(key)
+    key = compiler.KernelKey.of(p, resolve_config(cfg, p), EpilogueSpec()).digest
+    obj, cub, meta = compiler.STORE.disk.paths(key)
     obj.parent.mkdir(parents=True)
     obj.write_bytes(b"garbage")
     cub.write_bytes(b"\x7fELFgarbage")
@@ -114,13 +114,18 @@ def test_cache_key_separates_what_changes_code():
     p = make_problem(512, 512, 512, dtype="float16")
     q = make_problem(1024, 256, 64, dtype="float16")
     cfg = resolve_config(quick_configs("sm90a")[0], p)
-    e = EpilogueSpec().key()
-    assert compiler._cache_key(p, cfg, e) == compiler._cache_key(q, cfg, e)  # shape-generic
+    e = EpilogueSpec()
+
+    def digest(problem, config, epilogue=e):
+        return compiler.KernelKey.of(problem, config, epilogue).digest
+
+    assert digest(p, cfg) == digest(q, cfg)  # shape-generic
     for other in (make_problem(512, 512, 512, dtype="bfloat16"),
                   make_problem(512, 512, 512, dtype="float16", a_major="m"),
                   make_problem(512, 512, 512, dtype="float16", out_dtype="float32")):
-        assert compiler._cache_key(other, cfg, e) != compiler._cache_key(p, cfg, e)
-    assert compiler._cache_key(p, cfg.replace(stages=3), e) != compiler._cache_key(p, cfg, e)
+        assert digest(other, cfg) != digest(p, cfg)
+    assert digest(p, cfg.replace(stages=3)) != digest(p, cfg)
+    assert digest(p, cfg, EpilogueSpec(activation="relu")) != digest(p, cfg)
 
 
 def test_transcendental_activations_use_the_fast_tanh_and_relu_adds_no_compare():

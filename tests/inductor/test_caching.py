@@ -74,7 +74,7 @@ def test_worker_process_compiles(tmp_path, monkeypatch, fork):
 
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", fork)
-    pool = compiler._WorkerPool(2)
+    pool = compiler.WorkerPool(2)
     problem = make_problem(256, 256, 128, dtype="bfloat16")
     cfg = quick_configs("sm90a")[3]
     spec = EpilogueSpec(activation="relu")
@@ -85,7 +85,7 @@ def test_worker_process_compiles(tmp_path, monkeypatch, fork):
     else:
         assert parents == {os.getpid()}
     key, seconds, hit = pool.submit(problem, cfg, spec).result(timeout=300)
-    assert key == compiler._resolve(problem, cfg, spec)[1]
+    assert key == compiler.resolve(problem, cfg, spec).digest
     assert seconds > 0 and hit in ("", "disk")
     if not compiler.driver_available():  # no disk cache to hand results over: nothing is queued
         assert compiler.precompile_async(problem, cfg, spec) is None
@@ -111,7 +111,7 @@ def test_a_dead_forked_worker_is_replaced_before_its_next_job(monkeypatch):
     from cutedsl_backend import compiler
 
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
-    pool = compiler._WorkerPool(1)
+    pool = compiler.WorkerPool(1)
     pid, zygote = pool.submit("ping").result(timeout=120)
     assert zygote != os.getpid(), "the worker was spawned, not forked from a zygote"
     os.kill(pid, signal.SIGKILL)
@@ -127,7 +127,7 @@ def test_a_dead_zygote_is_restarted(monkeypatch):
     from cutedsl_backend import compiler
 
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
-    pool = compiler._WorkerPool(1)
+    pool = compiler.WorkerPool(1)
     pid, zygote = pool.submit("ping").result(timeout=120)
     assert zygote != os.getpid(), "the worker was spawned, not forked from a zygote"
     os.kill(zygote, signal.SIGKILL)
@@ -155,7 +155,7 @@ def test_a_zygote_that_cannot_fork_leaves_spawned_workers_and_no_failed_job(tmp_
     _in_the_zygote(tmp_path, monkeypatch,
                    "    import threading, time\n"
                    "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
-    pool = compiler._WorkerPool(4)
+    pool = compiler.WorkerPool(4)
     assert [f.result(timeout=120) for f in [pool.submit(None) for _ in range(4)]] == [None] * 4
     parents = {f.result(timeout=60)[1] for f in [pool.submit("ping") for _ in range(8)]}
     assert parents == {os.getpid()} and not pool._fork and pool._zygote is None
@@ -178,7 +178,7 @@ def test_the_zygote_forks_where_numpy_starts_blas_threads(tmp_path, monkeypatch)
     _in_the_zygote(tmp_path, monkeypatch, "    import numpy\n")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    pool = compiler._WorkerPool(2)
+    pool = compiler.WorkerPool(2)
     parents = {f.result(timeout=120)[1] for f in [pool.submit("ping") for _ in range(4)]}
     assert len(parents) == 1 and os.getpid() not in parents and pool._fork
 
@@ -191,7 +191,7 @@ def test_a_fork_of_this_process_starts_without_our_pool(monkeypatch):
     from cutedsl_backend import compiler
 
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "1")
-    monkeypatch.setattr(compiler.STORE, "pool", compiler._WorkerPool(1))
+    monkeypatch.setattr(compiler.STORE, "pool", compiler.WorkerPool(1))
     assert compiler.STORE.pool.submit("ping").result(timeout=120)
     sockets = list(compiler.STORE.pool._sockets)
     assert sockets
@@ -216,7 +216,7 @@ def loader(monkeypatch):
     import threading
     from concurrent.futures import Future
 
-    from cutedsl_backend import compiler
+    from cutedsl_backend import background, compiler
     from cutedsl_backend.configs import quick_configs
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.problem import make_problem
@@ -224,24 +224,25 @@ def loader(monkeypatch):
     for name in ("memory", "fast", "pending", "loads"):
         monkeypatch.setattr(compiler.STORE, name, {})
     monkeypatch.setattr(compiler.STORE, "stats", dict.fromkeys(compiler.STORE.stats, 0))
-    monkeypatch.setattr(compiler, "driver_available", lambda: True)
+    monkeypatch.setattr(background, "driver_available", lambda: True)
     loads = []
 
-    def fake_load(problem, cfg, epilogue, key):
+    def fake_load(problem, which):
         loads.append(threading.current_thread().name)
-        return ("kernel", key)
+        return ("kernel", which.digest)
 
-    monkeypatch.setattr(compiler, "_load_from_disk", fake_load)
+    monkeypatch.setattr(compiler.STORE.disk, "load", fake_load)
     problem = make_problem(256, 256, 128, dtype="bfloat16")
     cfg, spec = quick_configs("sm90a")[3], EpilogueSpec()
-    cfg, key = compiler._resolve(problem, cfg, spec)
+    which = compiler.resolve(problem, cfg, spec)
 
     class Env:
         pass
 
     env = Env()
-    env.compiler, env.problem, env.cfg, env.spec, env.key, env.loads, env.Future = (
-        compiler, problem, cfg, spec, key, loads, Future)
+    env.compiler, env.bg, env.problem, env.which, env.spec, env.loads, env.Future = (
+        compiler, background, problem, which, spec, loads, Future)
+    env.cfg, env.key = which.config, which.digest
     return env
 
 
@@ -249,7 +250,7 @@ def test_loader_loads_a_kernel_when_its_worker_finishes(loader):
     c = loader.compiler
     compiling = loader.Future()
     c.STORE.pending[loader.key] = compiling
-    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    load = c.preload_async(loader.problem, loader.which)
     assert load is not None and not load.done() and loader.loads == []  # waits for the worker
     compiling.set_result((loader.key, 1.0, ""))
     assert load.result(timeout=30) == ("kernel", loader.key)
@@ -264,12 +265,12 @@ def test_loader_leaves_a_failed_worker_compile_to_get_kernel(loader, monkeypatch
     c = loader.compiler
     compiling = loader.Future()
     c.STORE.pending[loader.key] = compiling
-    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    load = c.preload_async(loader.problem, loader.which)
     compiling.set_exception(RuntimeError("worker died"))
     assert load.result(timeout=30) is None and loader.loads == []
-    monkeypatch.setattr(c, "_load_from_disk", lambda *a: None)  # the worker wrote nothing
-    monkeypatch.setattr(c, "_compile_fresh", lambda *a: ("compiled here", a[-1]))
-    monkeypatch.setattr(c, "_store_to_disk", lambda cg: None)
+    monkeypatch.setattr(c.STORE.disk, "load", lambda *a: None)  # the worker wrote nothing
+    monkeypatch.setattr(c, "compile_kernel", lambda problem, which: ("compiled here", which.digest))
+    monkeypatch.setattr(c.STORE.disk, "store", lambda cg: None)
     with caplog.at_level("WARNING", logger="cutedsl_backend.compiler"):
         assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("compiled here", loader.key)
     assert "worker died" in caplog.text and c.STORE.stats["compiled"] == 1
@@ -281,9 +282,9 @@ def test_get_kernel_does_not_queue_behind_other_loads(loader):
 
     c = loader.compiler
     release = threading.Event()
-    c._loader().submit(release.wait, 30)  # the loader is busy
+    loader.bg._loader().submit(release.wait, 30)  # the loader is busy
     try:
-        load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+        load = c.preload_async(loader.problem, loader.which)
         assert not load.running()
         assert c.get_kernel(loader.problem, loader.cfg, loader.spec) == ("kernel", loader.key)
         assert load.cancelled() and loader.loads == [threading.current_thread().name]
@@ -294,8 +295,8 @@ def test_get_kernel_does_not_queue_behind_other_loads(loader):
 def test_no_loader_without_a_driver(loader, monkeypatch):
     """Without a CUDA driver nothing can be loaded: no loader thread, no runtime start."""
     c = loader.compiler
-    monkeypatch.setattr(c, "driver_available", lambda: False)
-    assert c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key) is None
+    monkeypatch.setattr(loader.bg, "driver_available", lambda: False)
+    assert c.preload_async(loader.problem, loader.which) is None
     assert c.warm_runtime_async() is None and c.STORE.loads == {}
 
 
@@ -304,11 +305,9 @@ def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     found on disk), once; not at enable()."""
     c = loader.compiler
     starts = []
-    monkeypatch.setattr(c, "_start_runtime", lambda: starts.append(1))
+    monkeypatch.setattr(loader.bg, "_start_runtime", lambda: starts.append(1))
     monkeypatch.setattr(c.STORE, "runtime_start", None)
-    meta = tmp_path / "meta.json"
-    meta.write_text("{}")
-    monkeypatch.setattr(c, "_disk_paths", lambda key: (tmp_path / "kernel.o", tmp_path / "kernel.cubin", meta))
+    monkeypatch.setattr(c.STORE.disk, "has", lambda key: True)
     assert c.precompile_async(loader.problem, loader.cfg, loader.spec) is None  # on disk: no compile
     c.STORE.loads[loader.key].result(timeout=30)
     c.warm_runtime_async().result(timeout=30)
@@ -322,7 +321,7 @@ def test_forgotten_loads_do_not_fill_the_cache(loader):
     c = loader.compiler
     compiling = loader.Future()
     c.STORE.pending[loader.key] = compiling
-    load = c.preload_async(loader.problem, loader.cfg, loader.spec, loader.key)
+    load = c.preload_async(loader.problem, loader.which)
     c.forget_background_work()
     compiling.set_result((loader.key, 1.0, ""))
     assert load.result(timeout=30) is None and loader.key not in c.STORE.memory and loader.loads == []

@@ -182,7 +182,7 @@ def test_pass_starts_the_compiles_the_lowering_benchmarks(inductor, monkeypatch)
 
     submitted = []
     monkeypatch.setattr(compiler, "precompile_async",
-                        lambda problem, cfg, spec=None: submitted.append(compiler._resolve(problem, cfg, spec)[1]))
+                        lambda problem, cfg, spec=None: submitted.append(compiler.resolve(problem, cfg, spec).digest))
     x, w, b = rand(256, 128), rand(192, 128), rand(192)
     compile_and_code(lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"), x, w, b)
     n = inductor.state.STATE.top_k

@@ -9,44 +9,45 @@ import signal
 import stat
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from cutedsl_backend import compiler
+from cutedsl_backend import compiler, disk_cache
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     root = tmp_path / "kc"
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(root))
-    compiler.STORE.untrusted_logged.clear()
+    compiler.STORE.disk.untrusted_logged.clear()
     return root
 
 
 def test_private_dirs_are_created_0700(cache):
     d = cache / "a" / "b"
-    compiler._private_dir(d)
+    disk_cache.private_dir(d)
     for p in (cache, cache / "a", d):
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, oct(p.stat().st_mode)
 
 
 def test_group_or_world_writable_cache_is_refused(cache, caplog):
-    compiler._private_dir(cache)
-    assert compiler._cache_untrusted() is None
+    disk_cache.private_dir(cache)
+    assert compiler.STORE.disk.untrusted() is None
     os.chmod(cache, 0o777)
-    why = compiler._cache_untrusted()
+    why = compiler.STORE.disk.untrusted()
     assert why and "writable by group or others" in why
     assert any("not using the kernel disk cache" in r.getMessage() for r in caplog.records)
     os.chmod(cache, 0o700)
     f = cache / "kernel.o"
     f.write_bytes(b"x")
     os.chmod(f, 0o666)
-    assert "writable" in compiler._cache_untrusted(f)
+    assert "writable" in compiler.STORE.disk.untrusted(f)
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs root to chown a file to another user")
 def test_cache_owned_by_another_user_is_refused(cache):
-    compiler._private_dir(cache)
+    disk_cache.private_dir(cache)
     f = cache / "kernel.o"
     f.write_bytes(b"x")
     os.chown(f, 12345, 12345)
@@ -54,9 +55,9 @@ def test_cache_owned_by_another_user_is_refused(cache):
 
 
 def test_load_refuses_an_untrusted_entry_without_loading_it(cache, monkeypatch):
-    monkeypatch.setattr(compiler, "driver_available", lambda: True)
-    obj, cub, meta = compiler._disk_paths("k" * 24)
-    compiler._private_dir(obj.parent)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
+    obj, cub, meta = compiler.STORE.disk.paths("k" * 24)
+    disk_cache.private_dir(obj.parent)
     for p in (obj, cub, meta):
         p.write_bytes(b"{}")
     os.chmod(obj, 0o666)
@@ -64,7 +65,7 @@ def test_load_refuses_an_untrusted_entry_without_loading_it(cache, monkeypatch):
     import cutlass.cute as cute
 
     monkeypatch.setattr(cute.runtime, "load_module", lambda path: loaded.append(path))
-    assert compiler._load_from_disk(None, None, None, "k" * 24) is None
+    assert compiler.STORE.disk.load(None, SimpleNamespace(digest="k" * 24, config=None, epilogue=None)) is None
     assert loaded == [] and obj.exists()  # not linked in, not deleted either (not ours to judge)
 
 
@@ -85,22 +86,22 @@ class _FakeCompiled:
 
 
 def test_store_writes_complete_private_entries_and_cleans_up_after_a_failure(cache, monkeypatch):
-    monkeypatch.setattr(compiler, "driver_available", lambda: True)
-    compiler._store_to_disk(_FakeCompiled("a" * 24))
-    obj, cub, meta = compiler._disk_paths("a" * 24)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
+    compiler.STORE.disk.store(_FakeCompiled("a" * 24))
+    obj, cub, meta = compiler.STORE.disk.paths("a" * 24)
     assert obj.read_bytes() == b"object" and cub.read_bytes() == b"cubin" and meta.exists()
     assert not [p for p in obj.parent.iterdir() if p.name.endswith(".tmp")]
     assert stat.S_IMODE(obj.parent.stat().st_mode) & 0o077 == 0
-    compiler._store_to_disk(_FakeCompiled("b" * 24, fail=True))
-    assert not compiler._disk_paths("b" * 24)[0].parent.exists()  # no empty directory left
+    compiler.STORE.disk.store(_FakeCompiled("b" * 24, fail=True))
+    assert not compiler.STORE.disk.paths("b" * 24)[0].parent.exists()  # no empty directory left
 
 
 def test_one_compile_per_key_across_threads(cache, monkeypatch):
-    monkeypatch.setattr(compiler, "driver_available", lambda: True)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
     inside, overlap = [], []
 
     def compile_once():
-        with compiler._key_lock("c" * 24):
+        with compiler.STORE.disk.lock("c" * 24):
             if inside:
                 overlap.append(1)
             inside.append(1)
@@ -118,7 +119,7 @@ def test_one_compile_per_key_across_threads(cache, monkeypatch):
 def test_a_stopped_worker_times_out_and_is_replaced(monkeypatch):
     monkeypatch.setenv("CUTEDSL_COMPILE_TIMEOUT_S", "3")
     monkeypatch.setenv("CUTEDSL_WORKER_FORK", "0")  # spawned: no zygote to start in a test
-    pool = compiler._WorkerPool(1)
+    pool = compiler.WorkerPool(1)
     pid, _ = pool.submit("ping").result(timeout=120)
     os.kill(pid, signal.SIGSTOP)
     try:

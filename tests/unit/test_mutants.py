@@ -33,7 +33,8 @@ def test_broken_kernels_compile(name, tmp_path, monkeypatch):
     """The realistic kernel bugs compile (their GPU run: tests/gpu/test_mutants_sm90.py); without
     an sm90 GPU the mutant says it was not run and is not counted as caught."""
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
-    from cutedsl_backend.compiler import _compile_fresh, _resolve
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
     from cutedsl_backend.configs import GemmConfig
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.problem import GemmProblem
@@ -41,8 +42,8 @@ def test_broken_kernels_compile(name, tmp_path, monkeypatch):
     from cutedsl_backend.validation.mutants import kernel_mutant
 
     problem = GemmProblem(200, 264, 520, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
-    cfg, key = _resolve(problem, GemmConfig(128, 128, splits=2 if "split" in name else 1), EpilogueSpec())
-    cg = _compile_fresh(problem, cfg, EpilogueSpec(), key + "-mutant", kernel_class=sm90_mutants()[name])
+    which = resolve(problem, GemmConfig(128, 128, splits=2 if "split" in name else 1), EpilogueSpec())
+    cg = compile_kernel(problem, which, kernel_cls=sm90_mutants()[name])
     assert cg.sass_counts()["HGMMA"] > 0
     from cutedsl_backend.validation.environment import gpu_arch
 

@@ -184,13 +184,13 @@ def test_eager_dispatch_follows_the_device_capability(monkeypatch):
     """ops picks the kernel family from the device's compute capability (faked here)."""
     import torch
 
-    from cutedsl_backend import compiler, operands
+    from cutedsl_backend import build, operands
 
     for cap, arch in (((9, 0), "sm90a"), ((10, 0), "sm100a")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None, c=cap: c)
         operands.device_arch.cache_clear()
         assert operands.device_arch(0) == arch
-        assert compiler._kernel_class(arch).__name__ == {"sm90a": "Sm90Gemm", "sm100a": "Sm100Gemm"}[arch]
+        assert build.kernel_class(arch).__name__ == {"sm90a": "Sm90Gemm", "sm100a": "Sm100Gemm"}[arch]
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 9))
     operands.device_arch.cache_clear()
     with pytest.raises(UnsupportedGemmError, match="device"):
