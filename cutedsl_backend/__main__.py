@@ -174,7 +174,7 @@ def main(argv=None) -> int:
 
         return 1 if fuzz(args.seed, args.cases) else 0
     if args.cmd == "sweep-decode":
-        from .validation.bench import sweep_decode
+        from .validation.tuning_sweeps import sweep_decode
 
         rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
                             models=args.models.split(",") if args.models else None)
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     if args.cmd == "sweep":
-        from .validation.bench import sweep
+        from .validation.tuning_sweeps import sweep
 
         res = sweep(_shapes(args.shapes), dtype=args.dtype)
         if args.json:
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     if args.cmd in ("sweep-epilogue", "sweep-fp8"):
-        from .validation.bench import sweep_epilogue, sweep_fp8
+        from .validation.tuning_sweeps import sweep_epilogue, sweep_fp8
 
         if args.cmd == "sweep-epilogue":
             m, n, k = (int(x) for x in args.shape.split("x"))

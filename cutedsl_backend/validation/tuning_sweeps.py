@@ -1,0 +1,241 @@
+"""Tuning sweeps: every candidate config timed on the GPU beside the peer (the data the config
+rules and the cost models are fitted on), and the worker precompile they start with."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Optional
+
+from .bench import _graph_ms, geomean, tflops
+
+
+def precompile(pairs: list, workers: Optional[int] = None) -> list:
+    """Compile (problem, config[, epilogue spec]) tuples into the disk cache, in the compile
+    worker processes (workers.WorkerPool); one (config name, compile seconds, error) per pair."""
+    from ..compiler import WorkerPool, cache_dir, get_kernel
+
+    workers = workers or max(1, min(len(pairs), (os.cpu_count() or 2)))
+    futures = None
+    if workers > 1 and len(pairs) > 1:
+        pool = WorkerPool(workers)
+        futures = [pool.submit(p[0], p[1], p[2] if len(p) > 2 else None, str(cache_dir())) for p in pairs]
+    out = []
+    for i, p in enumerate(pairs):
+        try:
+            seconds = futures[i].result()[1] if futures else get_kernel(*p).compile_seconds
+            out.append((p[1].name, seconds, None))
+        except Exception as e:  # reported by the caller
+            out.append((p[1].name, 0.0, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def sweep(shapes, dtype="bfloat16", configs=None, log=print, workers=None) -> dict:
+    """Time every valid config on every shape (one compile per config, shape-generic kernels)."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import valid_configs
+    from ..problem import GemmProblem
+
+    tdt = getattr(torch, dtype)
+    probe = GemmProblem(4096, 4096, 4096, 1, dtype, dtype, "k", "n", "sm90a")
+    cfgs = configs or valid_configs(probe)
+    t0 = time.time()
+    res = precompile([(probe, c) for c in cfgs], workers)
+    failed = [r for r in res if r[2]]
+    log(f"precompiled {len(cfgs)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    for r in failed:
+        log("  compile failed:", r)
+    out = {}
+    for (m, n, k) in shapes:
+        a = torch.randn(m, k, device="cuda").to(tdt)
+        b = torch.randn(k, n, device="cuda").to(tdt)
+        o = torch.empty(m, n, device="cuda", dtype=tdt)
+        t_torch = _graph_ms(lambda: torch.matmul(a, b, out=o))
+        times = []
+        for c in cfgs:
+            if any(f[0] == c.name for f in failed):
+                continue
+            try:
+                cb.gemm(a, b, config=c, out=o)
+                times.append((_graph_ms(lambda: cb.gemm(a, b, config=c, out=o)), c))
+            except Exception as e:
+                log(f"  {c.name} on {m}x{n}x{k}: {type(e).__name__}: {str(e)[:200]}")
+        times.sort(key=lambda x: x[0])
+        out[(m, n, k)] = {"torch_ms": t_torch, "ranked": [(t, c.name) for t, c in times]}
+        best = times[0]
+        log(f"{m}x{n}x{k}: cuBLAS {tflops(m, n, k, t_torch):.1f} TFLOP/s; best {best[1].name} "
+            f"{tflops(m, n, k, best[0]):.1f} ({t_torch / best[0]:.3f}x); top5: "
+            + ", ".join(f"{c.name}={t_torch / t:.3f}" for t, c in times[:5]))
+    return out
+
+
+def _sweep_configs(problem, cfgs: list, variants: dict, call, peers: dict, log=print, workers=None) -> dict:
+    """Time ``call(cfg, **variant)`` for every (variant, config) next to ``peers`` (name -> fn),
+    CUDA-graph medians in one process. ``variants``: name -> (EpilogueSpec, call kwargs).
+    Returns {"peers_ms": {...}, variant: [(ms, config name), ...] best first}."""
+    t0 = time.time()
+    res = precompile([(problem, c, spec) for spec, _ in variants.values() for c in cfgs], workers)
+    failed = {r[0] for r in res if r[2]}
+    log(f"precompiled {len(res)} kernels in {time.time() - t0:.1f}s; {len(failed)} failed")
+    out: dict = {"peers_ms": {name: _graph_ms(fn) for name, fn in peers.items()}}
+    for vname, (_, kw) in variants.items():
+        times = []
+        for c in cfgs:
+            try:
+                call(c, **kw)
+                times.append((_graph_ms(lambda: call(c, **kw)), c.name))
+            except Exception as e:  # reported, not fatal: one config must not end the sweep
+                log(f"  {vname} {c.name}: {type(e).__name__}: {str(e)[:160]}")
+        times.sort()
+        out[vname] = times
+        log(f"{vname:16s} best {times[0][1] if times else '-'} {times[0][0] if times else 0:.4f} ms; top: "
+            + ", ".join(f"{n}={t:.4f}" for t, n in times[:4]))
+    log("peers (ms): " + ", ".join(f"{k}={v:.4f}" for k, v in out["peers_ms"].items()))
+    return out
+
+
+def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=print, only=None) -> dict:
+    """Every fused variant of bench_epilogues (``only``: these names) on each config (default: the
+    heuristic's top 6 and every valid ping-pong config), beside cuBLAS, cuBLASLt's fused
+    bias+activation and eager."""
+    import torch
+    import torch.nn.functional as F
+
+    import cutedsl_backend as cb
+
+    from ..configs import rank_configs
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    dt = getattr(torch, dtype)
+    problem = GemmProblem(m, n, k, 1, dtype, dtype, "k", "n", "sm90a")
+    ranked = rank_configs(problem)
+    cfgs = configs or (ranked[:6] + [c for c in ranked[6:] if c.schedule == "pingpong" and c.raster == "n"
+                                     and c.tile_m * c.tile_n >= 64 * 128])
+    a = torch.randn(m, k, device="cuda").to(dt)
+    b = torch.randn(k, n, device="cuda").to(dt)
+    bias = torch.randn(n, device="cuda").to(dt)
+    res = torch.randn(m, n, device="cuda").to(dt)
+    out = torch.empty(m, n, device="cuda", dtype=dt)
+    variants = {
+        "bare": (EpilogueSpec(), {}),
+        "bias+relu": (EpilogueSpec("relu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="relu")),
+        "bias+gelu_tanh": (EpilogueSpec("gelu_tanh", bias="col", bias_dtype=dtype),
+                           dict(bias=bias, activation="gelu_tanh")),
+        "bias+silu": (EpilogueSpec("silu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="silu")),
+        "residual": (EpilogueSpec(residual=True, residual_dtype=dtype, residual_aligned=True), dict(residual=res)),
+    }
+    if only:
+        unknown = set(only) - set(variants)
+        if unknown:
+            raise ValueError(f"unknown variants {sorted(unknown)}: choose from {sorted(variants)}")
+        variants = {k: v for k, v in variants.items() if k in only}
+    peers = {"cublas": lambda: torch.matmul(a, b),
+             "cublaslt_bias_relu": lambda: torch._addmm_activation(bias, a, b, use_gelu=False),
+             "cublaslt_bias_gelu_tanh": lambda: torch._addmm_activation(bias, a, b, use_gelu=True),
+             "eager_bias_silu": lambda: F.silu(torch.matmul(a, b) + bias),
+             "eager_residual": lambda: torch.matmul(a, b) + res}
+    return _sweep_configs(problem, cfgs, variants, lambda c, **kw: cb.gemm(a, b, config=c, out=out, **kw),
+                          peers, log)
+
+
+def sweep_fp8(m, n, k, log=print, only=None, modes=(True, False)) -> dict:
+    """scaled_mm e4m3 -> bf16 on every valid config (``only``: those whose name contains one of
+    these strings), tensorwise/rowwise x fast/precise (``modes``: the fast_accum values), beside
+    torch._scaled_mm in the same mode."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import valid_configs
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    scales = {"tensorwise": (torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")),
+              "rowwise": (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)}
+    result = {}
+    for fast in modes:
+        problem = GemmProblem(m, n, k, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", fast_accum=fast)
+        cfgs = [c for c in valid_configs(problem) if c.raster == "n"
+                and (not only or any(s in c.name for s in only))]
+        variants = {kind: (EpilogueSpec(scale_a="scalar" if kind == "tensorwise" else "row",
+                                        scale_b="scalar" if kind == "tensorwise" else "col"),
+                           dict(sa=sa, sb=sb)) for kind, (sa, sb) in scales.items()}
+        peers = {f"torch_{kind}": (lambda sa=sa, sb=sb: torch._scaled_mm(
+            a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+            for kind, (sa, sb) in scales.items()}
+        log(f"--- fp8 {m}x{n}x{k} {'fast' if fast else 'precise'}: {len(cfgs)} configs")
+        result["fast" if fast else "precise"] = _sweep_configs(
+            problem, cfgs, variants,
+            lambda c, sa, sb: cb.scaled_mm(a, b, sa, sb, out=out, config=c, use_fast_accum=fast), peers, log)
+    return result
+
+
+def decode_candidates(arch: str = "sm90a") -> list:
+    """The few-token configs configs.DecodeModel chooses among."""
+    from ..configs import DECODE_MODEL
+
+    return DECODE_MODEL.candidates(arch)
+
+
+def mid_candidates(arch: str = "sm90a") -> list:
+    """Configs for a few hundred tokens: configs.MidModel's candidates."""
+    from ..configs import MidModel
+
+    return MidModel.candidates(arch)
+
+
+def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:
+    """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
+    :func:`mid_candidates`) on every unique projection of the public models (or of ``models``;
+    bf16, nn.Linear layout) at each M, next to cuBLAS, CUDA-graph device time: the data
+    configs.DecodeModel is fitted on. Logs per shape the default pick's speed against the best
+    candidate's; returns rows {m, n, k, peer_ms, pick, times: {config name: ms}}."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..configs import default_config, is_valid
+    from ..problem import GemmProblem
+    from .model_shapes import MODEL_PROJECTIONS, unique_shapes
+    from .shape_sweep import _graph_ms
+
+    cands = decode_candidates() if space == "decode" else mid_candidates()
+    probe = GemmProblem(8, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    t0 = time.time()
+    failed = {r[0] for r in precompile([(probe, c) for c in cands], workers) if r[2]}
+    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    rows, picked, best = [], [], []
+    for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
+        n, k = proj.n, proj.k
+        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+        for m in ms:
+            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
+            peer_runs = [peer()]
+            problem = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+            pick = default_config(problem)
+            times = {}
+            for c in cands + ([pick] if pick not in cands else []):
+                if c.name in failed or not is_valid(c, problem):
+                    continue
+                cb.gemm(a, w.t(), config=c, out=o)
+                times[c.name] = _graph_ms(lambda: cb.gemm(a, w.t(), config=c, out=o))()
+            peer_runs.append(peer())
+            p = statistics.median(peer_runs)
+            fastest = min(times.values())
+            rows.append({"m": m, "n": n, "k": k, "peer_ms": p, "pick": pick.name, "times": times})
+            picked.append(p / times[pick.name])
+            best.append(p / fastest)
+            log(f"{m}x{n}x{k}: cuBLAS {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
+                f"best {min(times, key=times.get)} {best[-1]:.3f}x")
+    log(f"geomean vs cuBLAS: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    return rows
