@@ -65,5 +65,48 @@ def sm90_mutants() -> dict:
                 first = first + count
             return first, count
 
+    class UnwrittenLastColumn(Sm90Gemm):
+        """The output's N extent one column short (the N tail predicate off by one)."""
+
+        @cute.jit
+        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+            narrower = cute.make_tensor(mC.iterator, cute.make_layout(
+                (mC.shape[0], mC.shape[1] - 1, mC.shape[2]), stride=mC.stride))
+            Sm90Gemm.__call__(self, mA, mB, narrower, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream)
+
+    class WrongBatchOffset(Sm90Gemm):
+        """A's batch offset computed with half its batch stride (a wrong batch offset): batch l
+        reads rows from the middle of batch l - 1 (in bounds, so the numerics, not a fault, catch it)."""
+
+        @cute.jit
+        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+            misplaced = cute.make_tensor(mA.iterator, cute.make_layout(
+                mA.shape, stride=(mA.stride[0], mA.stride[1], mA.stride[2] // 2)))
+            Sm90Gemm.__call__(self, misplaced, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream)
+
+    class ScalesOnTheWrongAxis(Sm90Gemm):
+        """FP8 rowwise: A's per-row scales applied per column and B's per row (the two vectors
+        swapped; a square problem keeps their lengths equal)."""
+
+        @cute.jit
+        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+            Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleB, mScaleA, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream)
+
     return {"dropped last k-tile": DroppedLastKTile, "unwritten last row": UnwrittenLastRow,
-            "split-K slice offset": SkippedFirstSlice}
+            "split-K slice offset": SkippedFirstSlice, "unwritten last column": UnwrittenLastColumn,
+            "wrong batch offset": WrongBatchOffset, "fp8 scales on the wrong axis": ScalesOnTheWrongAxis}

@@ -123,8 +123,25 @@ def numeric_fault(name: str) -> dict:
     return {"caught": (not m["ok"]) and good["ok"], "by": "tolerance policy: " + why}
 
 
-# the broken kernels' problem: tails in M and N, nine k-tiles, two K slices for the split-K mutant
+# the broken kernels' problem: tails in M and N, nine k-tiles, two K slices for the split-K mutant;
+# two batches for the batch-offset mutant; square (M = N) for the swapped fp8 scale vectors
 KERNEL_MUTANT_PROBLEM = (200, 264, 520)
+
+
+def mutant_problem(name: str):
+    """(problem, epilogue spec, config) the kernel mutant ``name`` runs on."""
+    from ..configs import GemmConfig
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    m, n, k = KERNEL_MUTANT_PROBLEM
+    config = GemmConfig(128, 128, splits=2) if "split" in name else GemmConfig(128, 128)
+    if "fp8" in name:
+        # K a multiple of 16 (fp8 rows must be 16-byte aligned)
+        problem = GemmProblem(n, n, k - k % 16, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+        return problem, EpilogueSpec(scale_a="row", scale_b="col"), config
+    batch = 2 if "batch" in name else 1
+    return GemmProblem(m, n, k, batch, "bfloat16", "bfloat16", "k", "k", "sm90a"), EpilogueSpec(), config
 
 
 def kernel_mutant(name: str) -> dict:
@@ -136,29 +153,30 @@ def kernel_mutant(name: str) -> dict:
 
     from ..build import compile_kernel
     from ..compiler import resolve
-    from ..epilogue import EpilogueSpec
     from ..operands import kernel_views, max_clusters
-    from ..problem import GemmProblem
     from .environment import gpu_arch
     from .mutant_kernels import sm90_mutants
-    from .tolerances import compare
+    from .tolerances import compare, compare_fp8
 
     if gpu_arch() != "sm90a":
         return {"caught": False, "skipped": True, "by": "not run: needs an sm90 GPU"}
     import cuda.bindings.driver as cuda
     from cutlass import Float32
 
-    m, n, k = KERNEL_MUTANT_PROBLEM
-    problem = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
-    from ..configs import GemmConfig
-
-    config = GemmConfig(128, 128, splits=2) if "split" in name else GemmConfig(128, 128)
-    which = resolve(problem, config, EpilogueSpec())
+    problem, spec, config = mutant_problem(name)
+    m, n, k, L = problem.m, problem.n, problem.k, problem.batch
+    which = resolve(problem, config, spec)
     cfg = which.config
     g = torch.Generator(device="cuda").manual_seed(4711)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
-    ref = a.double() @ b.double().t()
+    dt = getattr(torch, problem.dtype)
+    a = torch.randn(L, m, k, device="cuda", generator=g).to(dt)
+    b = torch.randn(L, n, k, device="cuda", generator=g).to(dt)  # (L, N, K): K-major B
+    ref = a.double() @ b.double().transpose(1, 2)
+    sa = sb = None
+    if spec.scale_a:
+        sa = torch.rand(m, device="cuda", generator=g) + 0.5
+        sb = torch.rand(n, device="cuda", generator=g) + 0.5
+        ref = ref * sa.double()[:, None] * sb.double()[None, :]
     work = counters = None
     if cfg.splits > 1:
         from ..configs import split_k_workspace
@@ -169,20 +187,23 @@ def kernel_mutant(name: str) -> dict:
     verdicts = {}
     for label, cls in (("control", None), ("mutant", sm90_mutants()[name])):
         cg = compile_kernel(problem, which, kernel_cls=cls)  # never cached
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        views = kernel_views(problem, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
-        cg._fn(*views, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
+        out = torch.full((L, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        if counters is not None:
+            counters.zero_()
+        views = kernel_views(problem, a, b, out)
+        cg._fn(*views, None, sa, sb, None, work, counters, Float32(1.0), Float32(0.0),
                max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
                cuda.CUstream(torch.cuda.current_stream().cuda_stream))
         torch.cuda.synchronize()
-        verdicts[label] = compare(out, ref, "bfloat16", k)
+        verdicts[label] = compare_fp8(out, ref, "bfloat16", k) if spec.scale_a else compare(out, ref, "bfloat16", k)
     why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
            f"{verdicts['mutant']['rel_l2']:.2e}, bad={verdicts['mutant']['n_bad']}, "
            f"non-finite={verdicts['mutant']['n_nonfinite']}")
     return {"caught": verdicts["control"]["ok"] and not verdicts["mutant"]["ok"], "by": "GPU numerics: " + why}
 
 
-KERNEL_MUTANTS = ("dropped last k-tile", "unwritten last row", "split-K slice offset")
+KERNEL_MUTANTS = ("dropped last k-tile", "unwritten last row", "split-K slice offset", "unwritten last column",
+                  "wrong batch offset", "fp8 scales on the wrong axis")
 
 
 def run_mutants() -> list[dict]:

@@ -4,7 +4,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from cutedsl_backend.validation.mutants import NUMERIC_FAULTS, mutant_no_hgmma, mutant_over_budget, numeric_fault  # noqa: E402,E501
+from cutedsl_backend.validation.mutants import (  # noqa: E402
+    KERNEL_MUTANTS,
+    NUMERIC_FAULTS,
+    mutant_no_hgmma,
+    mutant_over_budget,
+    numeric_fault,
+)
 
 
 @pytest.mark.parametrize("name", list(NUMERIC_FAULTS))
@@ -28,23 +34,20 @@ def test_kernel_over_budget_fails_the_budget_gate(tmp_path, monkeypatch):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("name", ["dropped last k-tile", "unwritten last row", "split-K slice offset"])
+@pytest.mark.parametrize("name", KERNEL_MUTANTS)
 def test_broken_kernels_compile(name, tmp_path, monkeypatch):
     """The realistic kernel bugs compile (their GPU run: tests/gpu/test_mutants_sm90.py); without
     an sm90 GPU the mutant says it was not run and is not counted as caught."""
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
     from cutedsl_backend.build import compile_kernel
     from cutedsl_backend.compiler import resolve
-    from cutedsl_backend.configs import GemmConfig
-    from cutedsl_backend.epilogue import EpilogueSpec
-    from cutedsl_backend.problem import GemmProblem
     from cutedsl_backend.validation.mutant_kernels import sm90_mutants
-    from cutedsl_backend.validation.mutants import kernel_mutant
+    from cutedsl_backend.validation.mutants import kernel_mutant, mutant_problem
 
-    problem = GemmProblem(200, 264, 520, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
-    which = resolve(problem, GemmConfig(128, 128, splits=2 if "split" in name else 1), EpilogueSpec())
+    problem, spec, config = mutant_problem(name)
+    which = resolve(problem, config, spec)
     cg = compile_kernel(problem, which, kernel_cls=sm90_mutants()[name])
-    assert cg.sass_counts()["HGMMA"] > 0
+    assert cg.sass_counts()["QGMMA" if "fp8" in name else "HGMMA"] > 0
     from cutedsl_backend.validation.environment import gpu_arch
 
     if gpu_arch() != "sm90a":
