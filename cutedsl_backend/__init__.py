@@ -1,7 +1,7 @@
 """cutedsl-backend: CuTe DSL GEMM kernels for Hopper (sm90a) and Blackwell (sm100a).
 
 Public API (the CuTe DSL and torch are imported on first use, not here):
-  gemm, scaled_mm, compile_gemm, GemmConfig, EpilogueSpec, UnsupportedGemmError
+  gemm, scaled_mm, gemm_gated, compile_gemm, GemmConfig, EpilogueSpec, UnsupportedGemmError
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if "torch" in sys.modules:
     # costs ~15 ms and no CuTe DSL import); imported before torch, the first gemm/scaled_mm call
     # (or `import cutedsl_backend.ops`) registers them.
     from . import ops as _ops  # noqa: F401
-__all__ = ["gemm", "scaled_mm", "compile_gemm", "GemmConfig", "EpilogueSpec", "UnsupportedGemmError",
+__all__ = ["gemm", "scaled_mm", "gemm_gated", "compile_gemm", "GemmConfig", "EpilogueSpec", "UnsupportedGemmError",
            "__version__"]
 
 
@@ -28,6 +28,8 @@ def __getattr__(name):
         from .ops import gemm as value
     elif name == "scaled_mm":
         from .ops import scaled_mm as value
+    elif name == "gemm_gated":
+        from .gated import gemm_gated as value
     elif name == "compile_gemm":
         from .compiler import compile_gemm as value
     else:

@@ -75,6 +75,21 @@ def fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
     return a, b, c, bias, sa, sb, res, work, counters, Float32(1.0), Float32(0.0)
 
 
+def gated_weights(problem: GemmProblem, epilogue) -> tuple:
+    """The gated epilogue's second weight tensor (up, (N, K, L), K-major like the first), a fake;
+    () for every other epilogue (the argument is then absent from the compiled function)."""
+    if not getattr(epilogue, "gated", None):
+        return ()
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    in_b = cutlass_dtype(problem.dtype_b)
+    ld = cute.sym_int64(divisibility=128 // in_b.width)
+    batch = cute.sym_int64(divisibility=128 // in_b.width)
+    shape = (cute.sym_int32(), cute.sym_int32(), cute.sym_int32())
+    return (make_fake_tensor(in_b, shape, (ld, 1, batch), assumed_align=16),)
+
+
 def kernel_class(arch: str):
     return family(arch).kernel_class()
 
@@ -93,7 +108,8 @@ def compile_kernel(problem: GemmProblem, which: KernelKey, kernel_cls=None) -> C
         opts = f"--gpu-arch {family(problem.arch).compile_flag} --keep-cubin --dump-dir {dump}"
         with DSL_LOCK:
             t0 = time.perf_counter()
-            fn = cute.compile(kernel, *fakes, cutlass.Int32(1), make_fake_stream(), options=opts)
+            fn = cute.compile(kernel, *fakes, cutlass.Int32(1), make_fake_stream(), *gated_weights(problem, epilogue),
+                              options=opts)
             seconds = time.perf_counter() - t0
         cubin = fn.__cubin__
         if cubin is None:

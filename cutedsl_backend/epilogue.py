@@ -17,6 +17,8 @@ ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 BIAS_KINDS = (None, "col", "row")  # col: shape (N,), one value per output column; row: (M, 1)
 SCALE_A_KINDS = (None, "scalar", "row")  # tensorwise or per output row (rowwise fp8 scaling)
 SCALE_B_KINDS = (None, "scalar", "col")  # tensorwise or per output column
+# the gated epilogue's activations (act(gate) * up), as in torch.nn.functional
+GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class EpilogueSpec:
     residual_aligned: bool = False
     scale_a: Optional[str] = None
     scale_b: Optional[str] = None
+    # gated MLP: the GEMM's columns are gate and up halves per tile (two weights of N rows each);
+    # the output, N wide, is ``gated(alpha * gate) * (alpha * up)`` (see docs/design/gated-mlp.md)
+    gated: Optional[str] = None
 
     def __post_init__(self):
         from .problem import UnsupportedGemmError
@@ -43,11 +48,18 @@ class EpilogueSpec:
             raise UnsupportedGemmError(f"bias kind {self.bias!r}: must be one of {BIAS_KINDS}")
         if self.scale_a not in SCALE_A_KINDS or self.scale_b not in SCALE_B_KINDS:
             raise UnsupportedGemmError("scale kinds: scale_a scalar/row, scale_b scalar/col")
+        if self.gated is not None:
+            if self.gated not in GATED_ACTIVATIONS:
+                raise UnsupportedGemmError(f"gated {self.gated!r}: must be one of {GATED_ACTIVATIONS}")
+            if self.activation or self.bias or self.residual or self.scale_a or self.scale_b:
+                raise UnsupportedGemmError(
+                    "gated: the gated epilogue takes no bias, residual, second activation or fp8 scales yet")
 
     def key(self) -> tuple:
-        return ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,
-                self.residual, self.residual_dtype if self.residual else None,
-                bool(self.residual and self.residual_aligned), self.scale_a, self.scale_b)
+        key = ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,
+               self.residual, self.residual_dtype if self.residual else None,
+               bool(self.residual and self.residual_aligned), self.scale_a, self.scale_b)
+        return key + (("gated", self.gated),) if self.gated else key
 
     @property
     def is_identity(self) -> bool:
@@ -90,6 +102,8 @@ class EpilogueSpec:
             parts.append("residual")
         if self.activation:
             parts.append(self.activation)
+        if self.gated:
+            parts.append(f"gated_{self.gated}")
         return "+".join(parts)
 
 

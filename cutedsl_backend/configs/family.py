@@ -24,6 +24,7 @@ class ArchFamily:
     tma_residual: bool = False  # a 16-byte aligned residual is loaded by TMA (else gathered)
     split_k: bool = False  # the kernel takes K slices (GemmConfig.splits)
     short_a_loads: bool = False  # the kernel loads only GemmConfig.a_rows rows of A
+    gated: bool = False  # the kernel takes the gated epilogue (EpilogueSpec.gated)
     min_tile_n: int = 2 * EPI_TILE_N
 
     def max_tile_n(self, cfg: GemmConfig) -> int:

@@ -73,6 +73,9 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     mid = mid_choice(problem, num_sms, epilogue) if tuned is None and decode is None else None
     if mid is not None:
         cands.insert(0, mid)
+    if epilogue is not None and getattr(epilogue, "gated", None):
+        # the choices inserted above were ranked for a plain epilogue: keep those the gated one takes
+        cands = [c for c in cands if fits(c, problem, epilogue)]
     return cands[:top_k] if top_k else cands
 
 

@@ -203,6 +203,10 @@ class TileEpilogue:
         origin = self.col0 if axis == "col" else self.row0
         return Float32(getattr(self.args, name)[cutlass.min(origin + local, self._last(axis))])
 
+    def apply_gated(self, gate: cute.Tensor, up: cute.Tensor):
+        """The gated epilogue (spec.gated) of one sub-tile's gate and up fragments, fp32."""
+        return gated_product(self, gate, up)
+
     def apply(self, frag: cute.Tensor, coord_of, residual=None):
         """The spec applied to ``frag`` (fp32 accumulators; ``coord_of(v)``: tile-local (m, n) of
         element v; ``residual``: gather_residual of the same fragment, gathered here when None).
@@ -248,6 +252,13 @@ class TileEpilogue:
         if cutlass.const_expr(spec.activation is not None):
             x = ACTIVATIONS[spec.activation](x)
         return x
+
+
+def gated_product(tile: "TileEpilogue", gate: cute.Tensor, up: cute.Tensor):
+    """The gated epilogue of a fragment pair (fp32): ``act(alpha * gate) * (alpha * up)``."""
+    x = gate.load() * tile.scale
+    y = up.load() * tile.scale
+    return ACTIVATIONS[tile.spec.gated](x) * y
 
 
 @dataclass(frozen=True)

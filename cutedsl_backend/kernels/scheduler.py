@@ -19,11 +19,12 @@ class TileGrid:
     """Host-side description of the cluster-tile grid of one GEMM launch over ``out`` (M, N, L)
     with CTA tiles of ``cta_tile_m`` x ``cfg.tile_n`` and ``cfg``'s cluster and rasterization."""
 
-    def __init__(self, out, cta_tile_m: int, cfg):
+    def __init__(self, out, cta_tile_m: int, cfg, tile_n: int = 0):
+        """``tile_n``: the output tile's width where it is not cfg.tile_n (the gated epilogue's half)."""
         self.cluster_m = cfg.cluster_m
         self.cluster_n = cfg.cluster_n
         tiles_m = cute.ceil_div(out.shape[0], cta_tile_m)
-        tiles_n = cute.ceil_div(out.shape[1], cfg.tile_n)
+        tiles_n = cute.ceil_div(out.shape[1], tile_n or cfg.tile_n)
         self.clusters_m = (tiles_m + cfg.cluster_m - 1) // cfg.cluster_m
         self.clusters_n = (tiles_n + cfg.cluster_n - 1) // cfg.cluster_n
         self.batch = out.shape[2]

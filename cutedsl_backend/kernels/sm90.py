@@ -113,6 +113,10 @@ class Sm90Gemm:
         self.epi_threads = THREADS_PER_WG * (2 if self.cooperative else 1)
         self.is_a_mcast = cfg.cluster_n > 1
         self.is_b_mcast = cfg.cluster_m > 1
+        # gated epilogue: B's tile is the gate rows in its first half and the up rows of the same
+        # output columns in its second (two TMA loads per stage); the output tile is half as wide
+        self.gated = epilogue.gated is not None
+        self.out_tile_n = cfg.tile_n // 2 if self.gated else cfg.tile_n
 
     # ---------------------------------------------------------------- host side
     @cute.jit
@@ -120,7 +124,9 @@ class Sm90Gemm:
                  mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                  mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                  mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                 alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+                 alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream,
+                 mB2: Optional[cute.Tensor] = None):
+        """``mB2``: the gated epilogue's up weights (N, K, L), ``mB`` then holding the gate's."""
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
         self.c_dtype = mC.element_type
@@ -147,8 +153,14 @@ class Sm90Gemm:
         # past M, which are never stored). K-major A: those rows are a prefix of each stage.
         a_box = self._a_box(a_smem_staged)
         tma_a, tma_tensor_a = self._make_tma_load_box(mA, a_box, (self.a_rows, self.cfg.tile_k), self.cfg.cluster_n)
-        tma_b, tma_tensor_b = self._make_tma_load(
-            mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)
+        tma_b2 = tma_tensor_b2 = None
+        if cutlass.const_expr(self.gated):
+            b_half = self._b_half(b_smem_staged)
+            tma_b, tma_tensor_b = self._make_tma_load_box(mB, b_half, (self.out_tile_n, self.cfg.tile_k), 1)
+            tma_b2, tma_tensor_b2 = self._make_tma_load_box(mB2, b_half, (self.out_tile_n, self.cfg.tile_k), 1)
+        else:
+            tma_b, tma_tensor_b = self._make_tma_load(
+                mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)
         tma_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
             cute.slice_(c_smem_staged, (None, None, 0)), self.epi_tile)
@@ -164,7 +176,7 @@ class Sm90Gemm:
                 cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mRes,
                 cute.slice_(res_smem_staged, (None, None, 0)), self.epi_tile)
 
-        grid = TileGrid(mC, self.cfg.tile_m, self.cfg)
+        grid = TileGrid(mC, self.cfg.tile_m, self.cfg, tile_n=self.out_tile_n)
 
         # per-tile epilogue vectors, one buffer per epilogue group (fits in the barriers' 1 KB block)
         self.vec_elems = self.epilogue.staged_vector_bytes(self.cfg.tile_m, self.cfg.tile_n) // 4
@@ -182,7 +194,7 @@ class Sm90Gemm:
             a_smem_staged, b_smem_staged, c_smem_staged,
             grid.clusters_m, grid.clusters_n, grid.total(),
             mBias, mScaleA, mScaleB, mRes, alpha, beta, tma_res, tma_tensor_res, res_smem_staged,
-            mWork, mCounters, units,
+            mWork, mCounters, units, tma_b2, tma_tensor_b2,
         ).launch(
             grid=(self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(units, max_clusters)),
             block=[self.threads_per_cta, 1, 1],
@@ -207,6 +219,13 @@ class Sm90Gemm:
         if cutlass.const_expr(self.a_rows == self.cfg.tile_m):
             return stage
         return cute.composition(stage, cute.make_layout((self.a_rows, self.cfg.tile_k), stride=(1, self.cfg.tile_m)))
+
+    def _b_half(self, b_smem_staged):
+        """One stage's smem layout of half of B's tile (the first tile_n / 2 rows, K-major): the
+        box each of the gated epilogue's two weight loads fills."""
+        stage = cute.slice_(b_smem_staged, (None, None, 0))
+        return cute.composition(
+            stage, cute.make_layout((self.out_tile_n, self.cfg.tile_k), stride=(1, self.cfg.tile_n)))
 
     # ---------------------------------------------------------------- device side
     @cute.jit
@@ -235,7 +254,8 @@ class Sm90Gemm:
                mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                alpha: Float32, beta: Float32, tma_res: Optional[cute.CopyAtom],
                mRes_tma: Optional[cute.Tensor], res_smem_staged: Optional[cute.ComposedLayout],
-               mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor], total_units: Int32):
+               mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor], total_units: Int32,
+               tma_b2: Optional[cute.CopyAtom], mB2_nkl: Optional[cute.Tensor]):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
@@ -248,6 +268,8 @@ class Sm90Gemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
             if cutlass.const_expr(self.epilogue.residual_tma):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_res)
+            if cutlass.const_expr(self.gated):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_b2)
 
         cta_layout_mnk = cute.make_layout((self.cfg.cluster_m, self.cfg.cluster_n, 1))
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
@@ -294,8 +316,13 @@ class Sm90Gemm:
 
         # (bM, bK, RestM, RestK, RestL) etc.
         gA = cute.local_tile(mA_mkl, (self.a_rows, self.cfg.tile_k), (None, None, None))
-        gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
-        gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None))
+        if cutlass.const_expr(self.gated):
+            gB = cute.local_tile(mB_nkl, (self.out_tile_n, self.cfg.tile_k), (None, None, None))
+            gB2 = cute.local_tile(mB2_nkl, (self.out_tile_n, self.cfg.tile_k), (None, None, None))
+            gC = cute.local_tile(mC_mnl, (self.cfg.tile_m, self.out_tile_n), (None, None, None))
+        else:
+            gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
+            gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None))
         k_tiles = cute.size(gA, mode=[3])
 
         sA_load = sA
@@ -304,9 +331,19 @@ class Sm90Gemm:
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, cluster_coord[1], cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
             cute.group_modes(sA_load, 0, 2), cute.group_modes(gA, 0, 2))
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_b, cluster_coord[0], cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
-            cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+        tB2sB = tB2gB = None
+        if cutlass.const_expr(self.gated):
+            # the gate rows into the first half of each stage's B tile, the up rows into the second
+            sB_gate = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (0, 0, None))
+            sB_up = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (1, 0, None))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b, 0, cute.make_layout(1), cute.group_modes(sB_gate, 0, 2), cute.group_modes(gB, 0, 2))
+            tB2sB, tB2gB = cute.nvgpu.cpasync.tma_partition(
+                tma_b2, 0, cute.make_layout(1), cute.group_modes(sB_up, 0, 2), cute.group_modes(gB2, 0, 2))
+        else:
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b, cluster_coord[0], cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
+                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
@@ -327,6 +364,9 @@ class Sm90Gemm:
                     tile_n = cn * self.cfg.cluster_n + cta_n
                     tAgA_t = tAgA[(None, tile_m, None, l)]
                     tBgB_t = tBgB[(None, tile_n, None, l)]
+                    tB2gB_t = None
+                    if cutlass.const_expr(self.gated):
+                        tB2gB_t = tB2gB[(None, tile_n, None, l)]
                     for kk in cutlass.range(k_count, unroll=1):
                         k = k_first + kk
                         ab_pipeline.producer_acquire(state)
@@ -335,6 +375,9 @@ class Sm90Gemm:
                                   tma_bar_ptr=bar, mcast_mask=a_mcast_mask)
                         cute.copy(tma_b, tBgB_t[(None, k)], tBsB[(None, state.index)],
                                   tma_bar_ptr=bar, mcast_mask=b_mcast_mask)
+                        if cutlass.const_expr(self.gated):
+                            cute.copy(tma_b2, tB2gB_t[(None, k)], tB2sB[(None, state.index)],
+                                      tma_bar_ptr=bar, mcast_mask=b_mcast_mask)
                         ab_pipeline.producer_commit(state)
                         state.advance()
                     idx += num_persistent
@@ -352,7 +395,11 @@ class Sm90Gemm:
             tCsB = thr_mma.partition_B(sB)
             tCrA = tiled_mma.make_fragment_A(tCsA)
             tCrB = tiled_mma.make_fragment_B(tCsB)
-            acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
+            if cutlass.const_expr(self.gated):  # gate and up: twice the output tile's width
+                acc_shape = thr_mma.partition_C(
+                    cute.make_identity_tensor((self.cfg.tile_m, self.cfg.tile_n))).shape
+            else:
+                acc_shape = thr_mma.partition_C(gC[(None, None, 0, 0, 0)]).shape
             acc = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
             part = cute.make_rmem_tensor(acc_shape, self.acc_dtype) if self.promote else None
             part2 = (cute.make_rmem_tensor(acc_shape, self.acc_dtype)
@@ -379,6 +426,7 @@ class Sm90Gemm:
             frag_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
             tRS_frag = cute.make_rmem_tensor(frag_shape, self.acc_dtype)
             tRS_out = cute.make_rmem_tensor(frag_shape, self.c_dtype)
+            tRS_up = cute.make_rmem_tensor(frag_shape, self.acc_dtype) if self.gated else None
             frag_size = cute.size(tRS_frag)
             # tile-local (m, n) of every accumulator, in the same order as tRS_acc
             tRS_coord = tiled_copy_r2s.retile(
@@ -429,7 +477,7 @@ class Sm90Gemm:
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
                 # epilogue operands requested now, used after the mainloop (their latency hides)
-                tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.cfg.tile_n, l, epi_thread)
+                tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.out_tile_n, l, epi_thread)
                 tile_ops.prefetch_residual_l2(epi_thread)
                 res_tiles = None
                 if cutlass.const_expr(res_tma is not None):
@@ -529,9 +577,19 @@ class Sm90Gemm:
                             res_cur = res_tma.read(epi_count)
                         elif cutlass.const_expr(e + 1 < epi_tiles):
                             res_next = tile_ops.gather_residual(frag_shape, tile_coord(e + 1))
-                        for v in cutlass.range_constexpr(frag_size):
-                            tRS_frag[v] = tRS_acc[e * frag_size + v]
-                        tRS_out.store(tile_ops.apply(tRS_frag, tile_coord(e), res_cur).to(self.c_dtype))
+                        if cutlass.const_expr(self.gated):
+                            # output sub-tile (row r, column c) of the half-wide output tile: the
+                            # gate at sub-tile (r, c) of the accumulators, up at (r, c + half)
+                            sub_n = self.out_tile_n // self.epi_tile[1]
+                            e_gate = (e // sub_n) * (2 * sub_n) + e % sub_n
+                            for v in cutlass.range_constexpr(frag_size):
+                                tRS_frag[v] = tRS_acc[e_gate * frag_size + v]
+                                tRS_up[v] = tRS_acc[(e_gate + sub_n) * frag_size + v]
+                            tRS_out.store(tile_ops.apply_gated(tRS_frag, tRS_up).to(self.c_dtype))
+                        else:
+                            for v in cutlass.range_constexpr(frag_size):
+                                tRS_frag[v] = tRS_acc[e * frag_size + v]
+                            tRS_out.store(tile_ops.apply(tRS_frag, tile_coord(e), res_cur).to(self.c_dtype))
                         buf = buf_base + epi_count % self.epi_stage
                         cute.copy(tiled_copy_r2s, tRS_out, tRS_sC[(None, None, None, buf)])
                         cute.arch.fence_proxy("async.shared", space="cta")

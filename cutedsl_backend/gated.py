@@ -1,0 +1,133 @@
+"""Gated MLPs in one GEMM: ``act(a @ w_gate^T) * (a @ w_up^T)`` by one kernel whose epilogue pairs
+each gate column with its up column, so the 2N-wide intermediate never reaches memory (design:
+docs/design/gated-mlp.md). The eager API and ``torch.ops.cutedsl.gemm_gated``.
+
+This first version takes 16-bit operands, no bias and no FP8 scales; it launches through the DSL's
+own argument marshalling (tens of microseconds of host time a call, not the plan path of ``gemm``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from .compiler import get_kernel
+from .configs import GemmConfig, split_k_workspace
+from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
+from .kernel import DSL_LOCK
+from .operands import as_rcl, check_out, max_clusters, prepare, tma_writable
+from .plan import PLANS, raw_stream
+from .problem import UnsupportedGemmError
+
+
+def _weights(w_gate, w_up, w_gate_up):
+    """(gate, up) as (N, K) tensors from either form (two weights, or one (2N, K) gate-first)."""
+    pair = w_gate is not None or w_up is not None
+    if (w_gate_up is not None) == pair or (pair and (w_gate is None or w_up is None)):
+        raise UnsupportedGemmError("weights: pass w_gate and w_up, or w_gate_up (gate rows first), not both")
+    if w_gate_up is not None:
+        if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() != 2 or w_gate_up.shape[0] % 2:
+            raise UnsupportedGemmError("w_gate_up: must be a 2-D (2N, K) tensor, the gate's N rows first")
+        n = w_gate_up.shape[0] // 2
+        return w_gate_up[:n], w_gate_up[n:]
+    for what, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
+            raise UnsupportedGemmError(f"{what}: must be a 2-D (N, K) tensor (nn.Linear's weight)")
+    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype or w_gate.device != w_up.device:
+        raise UnsupportedGemmError(
+            f"weights: w_gate {tuple(w_gate.shape)} {w_gate.dtype} and w_up {tuple(w_up.shape)} {w_up.dtype} "
+            "must have the same shape, dtype and device")
+    return w_gate, w_up
+
+
+def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Optional[torch.Tensor] = None, *,
+               w_gate_up: Optional[torch.Tensor] = None, activation: str = "silu",
+               out: Optional[torch.Tensor] = None, config: Optional[GemmConfig] = None) -> torch.Tensor:
+    """``act(a @ w_gate^T) * (a @ w_up^T)`` in one GEMM (fp32 math, one rounding).
+
+    - a: (M, K) or (..., M, K) (leading dims folded into M); weights (N, K) each as ``nn.Linear``
+      stores them (``w_gate`` and ``w_up``), or one (2N, K) ``w_gate_up`` with the gate's rows
+      first (fused checkpoints); result (..., M, N) in a's dtype.
+    - dtypes: float16 or bfloat16, the same for every operand; K-contiguous weights, K and N
+      multiples of 8 (16-byte rows), 16-byte aligned data.
+    - ``activation``: "silu" (SwiGLU), "gelu" (erf), "gelu_tanh" or "relu", as in
+      torch.nn.functional.
+    - ``out``: optional result tensor of exactly the result's shape and dtype, contiguous rows.
+    - no autograd yet: inputs that require grad (in grad mode) are refused.
+    - device: an sm90 (Hopper) GPU.
+
+    Raises :class:`UnsupportedGemmError` naming the rule an input breaks.
+    """
+    if activation not in GATED_ACTIVATIONS:
+        raise UnsupportedGemmError(f"activation {activation!r}: must be one of {GATED_ACTIVATIONS}")
+    gate, up = _weights(w_gate, w_up, w_gate_up)
+    if not isinstance(a, torch.Tensor) or a.dim() < 2:
+        raise UnsupportedGemmError("a: must be a tensor of at least 2 dims (..., M, K)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (a, gate, up)):
+        raise UnsupportedGemmError("autograd: gemm_gated has no backward yet; call it under torch.no_grad()")
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, a.shape[-1])
+    n = gate.shape[0]
+    problem, a3, b3 = prepare(a2, gate.t(), None, config)
+    if problem.b_major != "k" or up.stride(1) != 1:
+        raise UnsupportedGemmError("layout: the weights must be K-contiguous ((N, K) row-major)")
+    if n % 8:
+        raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
+    if up.data_ptr() % 16 or up.stride(0) % 8:
+        raise UnsupportedGemmError("alignment: w_up's data pointer and row stride must be 16-byte aligned")
+    result_shape = (*lead, n)
+    out_t = a.dtype
+    if out is not None:
+        out3 = check_out(out, result_shape, (1, problem.m, n), out_t, a.device)
+        if not tma_writable(out3):
+            raise UnsupportedGemmError("alignment: out's row stride must be a multiple of 16 bytes")
+    else:
+        out3 = torch.empty((1, problem.m, n), dtype=out_t, device=a.device)
+    if not problem.m:
+        return out3.view(result_shape) if out is None else out
+    gemm_problem = dataclasses.replace(problem, n=2 * n)  # the GEMM's width: gate and up columns
+    spec = EpilogueSpec(gated=activation)
+    kernel = get_kernel(gemm_problem, config, spec)
+    cfg = kernel.config
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    align = 16 // a.element_size()
+    a_v = as_rcl(a3, problem.a_major == "k", align)
+    gate_v = as_rcl(gate.unsqueeze(0), True, align)
+    up_v = as_rcl(up.unsqueeze(0), True, align)
+    out_v = as_rcl(out3, True, align)
+    stream = raw_stream(index)
+    work = counters = None
+    if cfg.splits > 1:
+        tiles, floats = split_k_workspace(gemm_problem, cfg)
+        work_buf, count_buf = PLANS.workspaces.get(a.device, stream, tiles, floats)
+        work, counters = work_buf[:floats], count_buf[:tiles]
+    import cuda.bindings.driver as cuda
+    from cutlass import Float32
+
+    with DSL_LOCK:
+        kernel._fn(a_v, gate_v, out_v, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
+                   max_clusters(index, cfg.cluster_m * cfg.cluster_n), cuda.CUstream(stream), up_v)
+    return out3.view(result_shape) if out is None else out
+
+
+# ---------------------------------------------------------------------------- custom op
+
+def _gated_op(a: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    return gemm_gated(a, w_gate, w_up, activation=activation)
+
+
+def _gated_fake(a, w_gate, w_up, activation="silu"):
+    if a.shape[-1] != w_gate.shape[-1] or w_gate.shape != w_up.shape:
+        raise UnsupportedGemmError(f"shape: a {tuple(a.shape)}, w_gate {tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}")
+    return a.new_empty((*a.shape[:-1], w_gate.shape[0]))
+
+
+_LIB = torch.library.Library("cutedsl", "FRAGMENT")
+_LIB.define("gemm_gated" + torch.library.infer_schema(_gated_op, mutates_args=()),
+            tags=(torch.Tag.pt2_compliant_tag,))
+_LIB.impl("gemm_gated", _gated_op, "CUDA")
+_LIB.impl("gemm_gated", _gated_op, "CPU")  # reaches the device rule: a named error, not "no kernel"
+torch.library.register_fake("cutedsl::gemm_gated", _gated_fake, lib=_LIB)
+gemm_gated_op = torch.ops.cutedsl.gemm_gated.default

@@ -1,0 +1,80 @@
+"""The gated epilogue (act(gate) * up in one GEMM) on sm90a without a GPU: its rules name what it
+does not take, its kernels compile with three TMA loads per stage (A, the gate half and the up half
+of B), no spills, within the compile budget, and the config ranking offers only configs it takes.
+Its numerics run on an sm90 GPU (tests/gpu/test_gated_sm90.py)."""
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, check_config, rank_configs, resolve_config
+from cutedsl_backend.epilogue import GATED_ACTIVATIONS, EpilogueSpec
+from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+from cutedsl_backend.validation.budgets import load_budgets
+
+pytestmark = pytest.mark.compile
+BUDGET = load_budgets()["families"]["sm90a/gemm+epilogue"]
+# a Llama-style up projection: N = 2 x 14336 gate and up columns
+PROBLEM = GemmProblem(4096, 2 * 14336, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_spec_rules_and_keys():
+    for act in GATED_ACTIVATIONS:
+        assert EpilogueSpec(gated=act).key() != EpilogueSpec().key()
+    assert EpilogueSpec(gated="silu").key() != EpilogueSpec(gated="relu").key()
+    assert EpilogueSpec().key() == ("epi", None, None, None, False, None, False, None, None)  # unchanged
+    with pytest.raises(UnsupportedGemmError, match="gated 'tanh'"):
+        EpilogueSpec(gated="tanh")
+    for kw in ({"bias": "col"}, {"activation": "relu"}, {"residual": True}, {"scale_a": "row"}):
+        with pytest.raises(UnsupportedGemmError, match="gated: the gated epilogue takes no"):
+            EpilogueSpec(gated="silu", **kw)
+
+
+def test_config_rules_name_what_the_gated_kernel_does_not_take():
+    spec = EpilogueSpec(gated="silu")
+    check_config(GemmConfig(128, 256, cluster_n=2), PROBLEM, spec)
+    for cfg, rule in ((GemmConfig(128, 256, cluster_m=2), "cluster_m must be 1"),
+                      (GemmConfig(128, 96, schedule="pingpong"), "tile_n 96 must be a multiple of 64")):
+        with pytest.raises(UnsupportedGemmError, match=rule):
+            check_config(cfg, PROBLEM, spec)
+    n_major = GemmProblem(256, 512, 256, 1, "bfloat16", "bfloat16", "k", "n", "sm90a")
+    with pytest.raises(UnsupportedGemmError, match="K-major"):
+        check_config(GemmConfig(128, 128), n_major, spec)
+    sm100 = GemmProblem(256, 512, 256, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
+    with pytest.raises(UnsupportedGemmError, match="implemented for sm90a"):
+        check_config(GemmConfig(128, 128, arch="sm100a"), sm100, spec)
+
+
+@pytest.mark.parametrize("m", [1, 16, 192, 4096])
+def test_ranking_offers_only_configs_the_gated_kernel_takes(m):
+    problem = GemmProblem(m, 2 * 14336, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    spec = EpilogueSpec(gated="silu")
+    ranked = rank_configs(problem, epilogue=spec)
+    assert ranked
+    for cfg in ranked:
+        check_config(cfg, problem, spec)
+
+
+@pytest.mark.parametrize("cfg,dtype,act", [
+    (GemmConfig(128, 256, cluster_n=2), "bfloat16", "silu"),
+    (GemmConfig(128, 128, schedule="pingpong"), "float16", "gelu_tanh"),
+    (GemmConfig(64, 128, schedule="pingpong", splits=2), "bfloat16", "relu"),
+    (GemmConfig(64, 64, schedule="pingpong", a_rows=16), "bfloat16", "gelu"),
+], ids=lambda x: getattr(x, "name", x))
+def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+
+    m = 16 if cfg.a_rows else 4096
+    problem = GemmProblem(m, 2 * 14336, 4096, 1, dtype, dtype, "k", "k", "sm90a")
+    which = resolve(problem, cfg, EpilogueSpec(gated=act))
+    assert which.config == resolve_config(cfg, problem, EpilogueSpec(gated=act))
+    cg = compile_kernel(problem, which)
+    counts = cg.sass_counts()
+    assert counts["UTMALDG"] == 3, counts  # A, the gate half and the up half of B
+    assert counts["HGMMA"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
