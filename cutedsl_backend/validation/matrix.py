@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass
 
-from ..configs import GemmConfig, config_space, quick_configs
+from ..configs import GemmConfig, config_space, family, quick_configs
 from ..epilogue import EpilogueSpec
 from ..problem import GemmProblem
 
@@ -31,8 +31,12 @@ EPILOGUES = {
     "rowwise-scales": lambda od: EpilogueSpec(scale_a="row", scale_b="col"),
     "rowwise-scales+bias+gelu_tanh": lambda od: EpilogueSpec(scale_a="row", scale_b="col", bias="col",
                                                              bias_dtype=od, activation="gelu_tanh"),
+    # gated MLP (gemm_gated: act(a @ w_gate^T) * (a @ w_up^T)), sm90a, K-major weights
+    "gated-silu": lambda od: EpilogueSpec(gated="silu"),
+    "gated-gelu_tanh": lambda od: EpilogueSpec(gated="gelu_tanh"),
 }
 FP8_EPILOGUES = ("tensorwise-scales", "rowwise-scales", "rowwise-scales+bias+gelu_tanh")
+GATED_EPILOGUES = ("gated-silu", "gated-gelu_tanh")
 # The GPU test suite's axes (the nox `gpu` sessions, one per (arch, dtype, epilogue family)):
 # plain GEMMs, fused epilogues (bias, activations, residual, alpha/beta, also through
 # torch.compile), fp8 scaled GEMMs with their scales. Tests say their family with
@@ -105,6 +109,11 @@ def fp8_configs(arch: str) -> list[GemmConfig]:
             GemmConfig(64, 128, schedule="pingpong", arch=arch)]
 
 
+def gated_configs(arch: str) -> list[GemmConfig]:
+    """The gated epilogue's cells: a cooperative 128x256 and a pingpong 128x128 tile (no B multicast)."""
+    return [GemmConfig(128, 256, cluster_n=2, arch=arch), GemmConfig(128, 128, schedule="pingpong", arch=arch)]
+
+
 def dtype_pairs(tag: str):
     pairs = [("bfloat16", "bfloat16"), ("float16", "float16")]
     if tag != "quick":
@@ -129,8 +138,13 @@ def cells(tag: str = "quick", archs=("sm90a", "sm100a")) -> list[Cell]:
         # epilogues: every kind on a cooperative and a pingpong config (all configs for full)
         epi_cfgs = configs_for(arch, tag) if tag == "full" else epilogue_configs(arch)
         for (dt, od), name, cfg in itertools.product(dtype_pairs(tag), EPILOGUES, epi_cfgs):
-            if name != "none" and name not in FP8_EPILOGUES:
+            if name != "none" and name not in FP8_EPILOGUES + GATED_EPILOGUES:
                 out.append(Cell(arch, dt, od, "k", "n", name, cfg))
+        if family(arch).gated:
+            # the gated epilogue: the input dtype out, K-major weights (nn.Linear's), both A majors
+            for (dt, _), name, cfg, am in itertools.product(dtype_pairs("quick"), GATED_EPILOGUES,
+                                                           gated_configs(arch), "km"):
+                out.append(Cell(arch, dt, dt, am, "k", name, cfg))
         # fp8: e4m3 x e4m3, K-major operands (torch._scaled_mm's contract), bf16 out
         fp8_outs = ("bfloat16",) if tag == "quick" else ("bfloat16", "float16", "float32")
         for od, name, cfg in itertools.product(fp8_outs, FP8_EPILOGUES, fp8_configs(arch)):

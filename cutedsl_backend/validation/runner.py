@@ -78,8 +78,8 @@ def gpu_gate(cell: Cell, shapes) -> dict:
             dt = getattr(torch, cell.dtype)
             od = getattr(torch, cell.out_dtype)
             g = torch.Generator(device="cuda").manual_seed(stable_seed(cell.id, M, N, K))
-            if cell.dtype.startswith("float8"):
-                m = _fp8_cell(cell, spec, g, M, N, K)
+            if cell.dtype.startswith("float8") or spec.gated:
+                m = (_gated_cell if spec.gated else _fp8_cell)(cell, spec, g, L, M, N, K)
                 res["shapes"].append(m)
                 worst = max(worst or 0.0, m["max_err_over_allowed"])
                 continue
@@ -121,7 +121,33 @@ def gpu_gate(cell: Cell, shapes) -> dict:
     return res
 
 
-def _fp8_cell(cell: Cell, spec, g, M, N, K) -> dict:
+def _gated_cell(cell: Cell, spec, g, L, M, N, K) -> dict:
+    """gemm_gated: (L, M, K) activations (leading dim folded), two (N, K) weights, against
+    act(a @ w_gate^T) * (a @ w_up^T) in float64."""
+    import torch
+
+    from ..epilogue import torch_activation
+    from ..gated import gemm_gated
+    from .tolerances import compare
+
+    dt = getattr(torch, cell.dtype)
+    if cell.a_major == "k":
+        a = torch.randn(L, M, K, device="cuda", generator=g).to(dt)
+    else:
+        # M-major: (L*M, K) with unit stride along rows, viewed (L, M, K); gemm_gated folds it back
+        a = torch.randn(K, L * M, device="cuda", generator=g).to(dt).t().view(L, M, K)
+    w_gate = (torch.randn(N, K, device="cuda", generator=g) * K ** -0.5).to(dt)
+    w_up = (torch.randn(N, K, device="cuda", generator=g) * K ** -0.5).to(dt)
+    ref = torch_activation(spec.gated)(a.double() @ w_gate.double().t()) * (a.double() @ w_up.double().t())
+    out = torch.full(ref.shape, float("nan"), device="cuda", dtype=dt)
+    gemm_gated(a, w_gate, w_up, activation=spec.gated, config=cell.config, out=out)
+    torch.cuda.synchronize()
+    m = compare(out, ref, cell.dtype, K, activation=spec.gated)
+    m["shape"] = [L, M, N, K]
+    return m
+
+
+def _fp8_cell(cell: Cell, spec, g, L, M, N, K) -> dict:
     """scaled_mm on e4m3 operands (K padded to 16) against the dequantized float64 reference."""
     import torch
 
