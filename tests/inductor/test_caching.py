@@ -243,7 +243,9 @@ def loader(monkeypatch):
     env.compiler, env.bg, env.problem, env.which, env.spec, env.loads, env.Future = (
         compiler, background, problem, which, spec, loads, Future)
     env.cfg, env.key = which.config, which.digest
-    return env
+    yield env
+    # the loader thread outlives the test: let what the test queued finish under its stand-ins
+    background._loader().submit(lambda: None).result(timeout=60)
 
 
 def test_loader_loads_a_kernel_when_its_worker_finishes(loader):
@@ -312,6 +314,8 @@ def test_runtime_starts_at_the_first_kernel_once(loader, monkeypatch, tmp_path):
     c.STORE.loads[loader.key].result(timeout=30)
     c.warm_runtime_async().result(timeout=30)
     c.precompile_async(loader.problem, None, loader.spec)  # another kernel: no second start-up
+    for load in list(c.STORE.loads.values()):  # its load finishes here, not in the next test
+        load.result(timeout=30)
     assert starts == [1] and loader.loads[0] == "cutedsl-load_0"
 
 
