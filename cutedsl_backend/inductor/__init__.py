@@ -55,11 +55,13 @@ def _current_handler():
 
 
 def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
-           device_arch: Optional[Callable] = None) -> None:
+           device_arch: Optional[Callable] = None, gated_mlp: bool = False) -> None:
     """Offer our kernels to ``torch.compile(..., mode="max-autotune")`` from now on.
 
     - ``top_k``: configs per GEMM (the heuristic's best first); each is compiled and benchmarked.
     - ``fuse``: also form fused GEMM + epilogue candidates.
+    - ``gated_mlp``: also form gated-MLP candidates, ``act(x @ w_gate^T) * (x @ w_up^T)`` in one
+      GEMM (opt-in: the kernel is compile-verified, its GPU tests have not run on an H200 yet).
     - ``ops``: which of Inductor's GEMM ops to offer candidates for (``OPS``).
     - ``device_arch``: maps a torch.device to the kernel target ("sm90a" or "sm100a") or raises
       UnsupportedGemmError; default: CUDA compute capability 9.0 -> sm90a, 10.x -> sm100a. Tests
@@ -100,15 +102,19 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         V.set_choices_handler(_choices_factory())
         lowering.register()
         from .choices import register_all
+        from .gated_mlp import extern_choice
+        from .gated_mlp import register as register_gated
 
+        register_gated()
         register_all()
+        extern_choice()
         from .decisions import install_feedback_saver
 
         install_feedback_saver()
         from .. import compiler
 
         compiler.warm_precompile_pool()  # the DSL runtime starts at the first kernel (warm_runtime_async)
-    STATE.top_k, STATE.fuse, STATE.ops = int(top_k), bool(fuse), ops
+    STATE.top_k, STATE.fuse, STATE.ops, STATE.gated_mlp = int(top_k), bool(fuse), ops, bool(gated_mlp)
     from .eligibility import default_device_arch
 
     STATE.device_arch = device_arch or default_device_arch

@@ -45,6 +45,10 @@ class FusionPass(CustomGraphPass):
 
     def __call__(self, graph: Graph) -> None:
         if STATE.enabled and STATE.fuse and autotuning() and unsupported_mode() is None:
+            if STATE.gated_mlp:
+                from .gated_mlp import fuse_gated
+
+                fuse_gated(graph)  # first: its GEMMs are then no longer plain chains
             fuse_epilogues(graph)
 
     def uuid(self) -> Optional[Any]:

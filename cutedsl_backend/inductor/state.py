@@ -19,6 +19,7 @@ class State:
     enabled: bool = False
     top_k: int = 3
     fuse: bool = True
+    gated_mlp: bool = False  # also form gated-MLP candidates (gated_mlp.py; opt-in)
     ops: frozenset = frozenset(OPS)
     device_arch: Callable = default_device_arch
     # what enable() replaced, put back by disable()

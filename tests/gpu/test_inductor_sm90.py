@@ -95,6 +95,26 @@ def test_mlp_block(backend, activation):
 
 
 @pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("tokens", [16, 512])
+def test_swiglu_block_with_the_gated_kernel(backend, tokens):
+    """A Llama-style MLP (SwiGLU) with the gated-MLP candidates on: the gate/up pair is autotuned
+    as one gated GEMM against the unfused ops, and the block matches float64 like eager does."""
+    import cutedsl_backend.inductor as cbi
+
+    cbi.enable(gated_mlp=True)
+    x, wg, wu, wd = params((tokens, 1024), (2816, 1024), (2816, 1024), (1024, 2816))
+
+    def swiglu(x, wg, wu, wd):
+        return F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+
+    fn = torch.compile(swiglu, mode="max-autotune")
+    for _ in range(3):  # compile, CUDA-graph warm-up, replay
+        out = fn(x, wg, wu, wd)
+    check_against_fp64(swiglu, (x, wg, wu, wd), out)
+    assert any(r[0] == "cutedsl_fused_gemm_gated" for r in backend.rows), backend.rows
+
+
+@pytest.mark.epilogue("fused")
 def test_fused_autotune_times_every_candidate_on_the_device(backend):
     """Each fused autotune times ours and the unfused subgraph alike on the device, queued behind
     a GPU sleep (inductor.device_timing), none falling back to Inductor's own timing."""

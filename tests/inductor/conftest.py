@@ -42,10 +42,23 @@ def _cpu_kernel(kind):
 _LIB = []
 
 
+def _cpu_gated(a, w_gate, w_up, *, activation, kernel_config=""):
+    from cutedsl_backend.epilogue import torch_activation
+
+    if kernel_config and kernel_config != DISPATCH:
+        GemmConfig.from_name(kernel_config)
+    CALLS.append(("gemm_gated_ab", kernel_config, activation))
+    g, u = a.float() @ w_gate.float().t(), a.float() @ w_up.float().t()
+    return (torch_activation(activation)(g) * u).to(a.dtype)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cpu_kernels():
+    import cutedsl_backend.inductor.gated_mlp  # noqa: F401  (defines the gated op)
+
     for kind in iops.SIGNATURES:
         torch.library.register_kernel(f"cutedsl::{iops.op_name(*kind)}", "cpu", _cpu_kernel(kind))
+    torch.library.register_kernel("cutedsl::gemm_gated_ab", "cpu", _cpu_gated)
     yield
 
 
