@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     bi.add_argument("--hidden", type=int, default=14336)
     bi.add_argument("--dtype", default="bfloat16")
     bi.add_argument("--variants", default="aten+triton,cutedsl cold,cutedsl warm")
-    bi.add_argument("--blocks", default="mlp,attn_out_proj")
+    bi.add_argument("--blocks", default="mlp,swiglu,attn_out_proj")
     bi.add_argument("--kernel-dir", help="our kernel cache root (default: a new temporary folder)")
     bi.add_argument("--isolated", action="store_true", help="each block and variant in a fresh process")
     bi.add_argument("--loss-rows", action="store_true",

@@ -39,6 +39,19 @@ def _blocks(tokens: int, d: int, hidden: int, dtype):
         def forward(self, x):
             return x + self.down(nn.functional.gelu(self.up(x), approximate="tanh"))
 
+    class SwiGLU(nn.Module):
+        """x + W_down (silu(W_gate x) * W_up x): the gated feed-forward of Llama, Mistral, Qwen
+        (no biases); our candidates include the gated GEMM (enable(gated_mlp=True))."""
+
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(d, hidden, bias=False)
+            self.up = nn.Linear(d, hidden, bias=False)
+            self.down = nn.Linear(hidden, d, bias=False)
+
+        def forward(self, x):
+            return x + self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
     class OutProj(nn.Module):
         """x + W_o attn + b_o: the attention output projection with its residual."""
 
@@ -53,7 +66,7 @@ def _blocks(tokens: int, d: int, hidden: int, dtype):
     x = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
     attn = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
     out = []
-    for name, mod, args in (("mlp", MLP(), (x,)), ("attn_out_proj", OutProj(), (x, attn))):
+    for name, mod, args in (("mlp", MLP(), (x,)), ("swiglu", SwiGLU(), (x,)), ("attn_out_proj", OutProj(), (x, attn))):
         mod = mod.to("cuda", dtype).eval()
         for p in mod.parameters():
             p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
@@ -193,7 +206,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
             torch.cuda.synchronize()
             t0 = time.perf_counter()  # enable() is timed too: it starts our workers and loader
             if variant != "aten+triton":
-                cbi.enable()
+                cbi.enable(gated_mlp=name == "swiglu")
             compiled = torch.compile(mod, mode="max-autotune")
             out = compiled(*args).clone()  # CUDA-graph outputs are overwritten by the next replay
             torch.cuda.synchronize()
@@ -231,7 +244,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
 
 def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                    variants=("aten+triton", "cutedsl cold", "cutedsl warm"), log=print,
-                   kernel_dir: Optional[str] = None, blocks=("mlp", "attn_out_proj")) -> list:
+                   kernel_dir: Optional[str] = None, blocks=("mlp", "swiglu", "attn_out_proj")) -> list:
     """Rows per (block, variant); ratios against the aten+triton row of the same block."""
     import torch
 
@@ -257,7 +270,7 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
 
 
 def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
-                            blocks=("mlp", "attn_out_proj"), log=print, loss_rows: bool = False,
+                            blocks=("mlp", "swiglu", "attn_out_proj"), log=print, loss_rows: bool = False,
                             rounds: int = 1, rows_between=None) -> list:
     """Each (block, variant) in a fresh process, in the order aten+triton, cutedsl cold, cutedsl
     warm, aten+triton again: compile wall times in one process depend on what compiled before
