@@ -106,13 +106,47 @@ def _sibling_gemms(x: Node, not_this: Node) -> list:
     return [u for i in inputs for u in i.users if u is not not_this and u.target is aten.mm.default]
 
 
+def _split_halves(up_side: Node):
+    """For ``getitem(split(h, N, -1), 1)`` of a GEMM's (..., 2N) output h into two halves: (the gate
+    half's getitem, h), else None (the concatenated [gate | up] weight form)."""
+    import operator
+
+    if up_side.target is not operator.getitem or up_side.args[1] != 1:
+        return None
+    split = up_side.args[0]
+    if not (isinstance(split, Node) and split.target is aten.split.Tensor and len(split.users) == 2):
+        return None
+    h, size = split.args[0], split.args[1]
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    hv = _val(h)
+    if hv is None or dim not in (-1, hv.dim() - 1) or not isinstance(size, int) or hv.shape[-1] != 2 * size:
+        return None
+    gate = next((u for u in split.users if u.args[1] == 0), None)
+    return (gate, h) if gate is not None else None
+
+
 def match_gated(mul: Node) -> Optional[dict]:
-    """The gated MLP ending at ``mul``: {x, w_gate, w_up, activation, view, nodes}, else None."""
+    """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, activation, view, nodes},
+    else None."""
     from .fusion import match_activation
 
     if mul.op != "call_function" or mul.target is not aten.mul.Tensor or len(mul.args) != 2:
         return None
     for act_out, up_side in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
+        if isinstance(up_side, Node) and isinstance(act_out, Node):
+            halves = _split_halves(up_side)
+            if halves is not None and _only_user(up_side) is mul:
+                gate_item, h = halves
+                mm, view = _strip_view(h)
+                lin = _linear(mm)
+                split = up_side.args[0]
+                chain_ok = _only_user(h) is split and (view is None or _only_user(mm) is view)
+                if lin is not None and chain_ok:
+                    for name in GATED_ACTIVATIONS:
+                        hit = match_activation(gate_item, name)
+                        if hit is not None and hit[0] is act_out and _only_user(act_out) is mul:
+                            return {"x": lin[0], "w_gate_up": lin[1], "activation": name, "view": view,
+                                    "nodes": [mm, *hit[1]]}
         if not isinstance(act_out, Node) or not isinstance(up_side, Node):
             continue
         up_mm, up_view = _strip_view(up_side)
@@ -149,6 +183,15 @@ def fuse_gated(graph: Graph) -> int:
             if m is None:
                 continue
             with graph.inserting_before(node):
+                if "w_gate_up" in m:  # the concatenated weight's two halves, as views
+                    w = m["w_gate_up"]
+                    n = _val(w).shape[0] // 2
+                    halves = []
+                    for lo, hi in ((0, n), (n, 2 * n)):
+                        half = graph.call_function(aten.slice.Tensor, (w, 0, lo, hi))
+                        half.meta["val"] = _val(w)[lo:hi]
+                        halves.append(half)
+                    m["w_gate"], m["w_up"] = halves
                 fused = graph.call_function(GATED_OP, (m["x"], m["w_gate"], m["w_up"]),
                                             {"activation": m["activation"], "kernel_config": ""})
                 fused.meta["val"] = _fake(_val(m["x"]), _val(m["w_gate"]), _val(m["w_up"]), activation="")

@@ -66,3 +66,30 @@ def test_not_formed_where_the_gate_is_used_elsewhere(inductor, feedback):
     with torch.no_grad():
         compile_and_code(both, torch.randn(32, 64, dtype=torch.bfloat16))
     assert not [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm_gated_")]
+
+
+class FusedGateUp(torch.nn.Module):
+    """One (2N, K) weight, gate rows first, split after the GEMM (fused checkpoints)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gate_up = torch.nn.Linear(64, 256, bias=False)
+
+    def forward(self, x):
+        g, u = self.gate_up(x).chunk(2, dim=-1)
+        return torch.nn.functional.silu(g) * u
+
+
+@pytest.mark.parametrize("shape", [(32, 64), (2, 16, 64)], ids=["2d", "3d"])
+def test_concatenated_gate_up_weight_is_offered_and_matches_eager(inductor, feedback, shape):
+    import cutedsl_backend.inductor as cbi
+
+    cbi.enable(device_arch=as_sm90a, gated_mlp=True)
+    model = FusedGateUp().to(torch.bfloat16)
+    x = torch.randn(*shape, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out, _ = compile_and_code(model, x)
+        ref = model(x)
+    assert [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm_gated_")], feedback.rounds
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
