@@ -35,7 +35,8 @@ class EpilogueSpec:
     scale_a: Optional[str] = None
     scale_b: Optional[str] = None
     # gated MLP: the GEMM's columns are gate and up halves per tile (two weights of N rows each);
-    # the output, N wide, is ``gated(alpha * gate) * (alpha * up)`` (see docs/design/gated-mlp.md)
+    # the output, N wide, is ``gated(alpha * gate + b_gate) * (alpha * up + b_up)`` with the bias
+    # ("col") one 2N vector, the gate's N values first (see docs/design/gated-mlp.md)
     gated: Optional[str] = None
 
     def __post_init__(self):
@@ -51,9 +52,10 @@ class EpilogueSpec:
         if self.gated is not None:
             if self.gated not in GATED_ACTIVATIONS:
                 raise UnsupportedGemmError(f"gated {self.gated!r}: must be one of {GATED_ACTIVATIONS}")
-            if self.activation or self.bias or self.residual or self.scale_a or self.scale_b:
+            if self.activation or self.bias == "row" or self.residual or self.scale_a or self.scale_b:
                 raise UnsupportedGemmError(
-                    "gated: the gated epilogue takes no bias, residual, second activation or fp8 scales yet")
+                    "gated: the gated epilogue takes a column bias only (no row bias, residual, second "
+                    "activation or fp8 scales yet)")
 
     def key(self) -> tuple:
         key = ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,
@@ -78,6 +80,8 @@ class EpilogueSpec:
         """The per-tile vectors a kernel stages in shared memory ahead of its epilogue:
         ((operand, "col" | "row", fp32 offset, length), ...) in one buffer. Per-column vectors
         hold a tile's ``tile_n`` values, per-row ones its ``tile_m``."""
+        if self.gated:
+            return ()  # its bias is read per element (two halves of one 2N vector), not staged
         parts = []
         off = 0
         for name, axis in (("bias", self.bias), ("scale_b", self.scale_b), ("scale_a", self.scale_a)):

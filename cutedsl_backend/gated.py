@@ -2,8 +2,9 @@
 each gate column with its up column, so the 2N-wide intermediate never reaches memory (design:
 docs/design/gated-mlp.md). The eager API and ``torch.ops.cutedsl.gemm_gated``.
 
-This first version takes 16-bit operands, no bias and no FP8 scales; it launches through the DSL's
-own argument marshalling (tens of microseconds of host time a call, not the plan path of ``gemm``).
+This first version takes 16-bit operands with optional column biases, no FP8 scales; it launches
+through the DSL's own argument marshalling (tens of microseconds of host time a call, not the plan
+path of ``gemm``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
 from .kernel import DSL_LOCK
 from .operands import as_rcl, check_out, max_clusters, prepare, tma_writable
 from .plan import PLANS, raw_stream
-from .problem import UnsupportedGemmError
+from .problem import UnsupportedGemmError, dtype_name
 
 
 def _weights(w_gate, w_up, w_gate_up):
@@ -42,10 +43,36 @@ def _weights(w_gate, w_up, w_gate_up):
     return w_gate, w_up
 
 
+def _bias(bias_gate, bias_up, bias_gate_up, n: int, dtype, device):
+    """The kernel's bias: one contiguous 2N vector (the gate's N values, then the up's), or None."""
+    if bias_gate_up is not None:
+        if bias_gate is not None or bias_up is not None:
+            raise UnsupportedGemmError("bias: pass bias_gate / bias_up, or bias_gate_up, not both")
+        vectors = [("bias_gate_up", bias_gate_up, 2 * n)]
+    elif bias_gate is None and bias_up is None:
+        return None
+    else:
+        vectors = [(what, b, n) for what, b in (("bias_gate", bias_gate), ("bias_up", bias_up)) if b is not None]
+    for what, b, length in vectors:
+        if not isinstance(b, torch.Tensor) or tuple(b.shape) != (length,):
+            raise UnsupportedGemmError(f"{what}: must be a ({length},) tensor")
+        if b.device != device or b.dtype not in (dtype, torch.float32):
+            raise UnsupportedGemmError(f"{what}: must be on {device} with dtype {dtype} or float32, got {b.dtype}")
+    if bias_gate_up is not None:
+        return bias_gate_up.contiguous()
+    bias_dtype = (bias_gate if bias_gate is not None else bias_up).dtype
+    halves = [b.to(bias_dtype) if b is not None else torch.zeros(n, dtype=bias_dtype, device=device)
+              for b in (bias_gate, bias_up)]
+    return torch.cat(halves)
+
+
 def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Optional[torch.Tensor] = None, *,
                w_gate_up: Optional[torch.Tensor] = None, activation: str = "silu",
+               bias_gate: Optional[torch.Tensor] = None, bias_up: Optional[torch.Tensor] = None,
+               bias_gate_up: Optional[torch.Tensor] = None,
                out: Optional[torch.Tensor] = None, config: Optional[GemmConfig] = None) -> torch.Tensor:
-    """``act(a @ w_gate^T) * (a @ w_up^T)`` in one GEMM (fp32 math, one rounding).
+    """``act(a @ w_gate^T + bias_gate) * (a @ w_up^T + bias_up)`` in one GEMM (fp32 math, one
+    rounding).
 
     - a: (M, K) or (..., M, K) (leading dims folded into M); weights (N, K) each as ``nn.Linear``
       stores them (``w_gate`` and ``w_up``), or one (2N, K) ``w_gate_up`` with the gate's rows
@@ -54,6 +81,8 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
       multiples of 8 (16-byte rows), 16-byte aligned data.
     - ``activation``: "silu" (SwiGLU), "gelu" (erf), "gelu_tanh" or "relu", as in
       torch.nn.functional.
+    - biases (optional): ``bias_gate`` and/or ``bias_up`` (N,), or ``bias_gate_up`` (2N,) with the
+      concatenated weight's layout; a's dtype or float32.
     - ``out``: optional result tensor of exactly the result's shape and dtype, contiguous rows.
     - no autograd yet: inputs that require grad (in grad mode) are refused.
     - device: an sm90 (Hopper) GPU.
@@ -87,8 +116,12 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
         out3 = torch.empty((1, problem.m, n), dtype=out_t, device=a.device)
     if not problem.m:
         return out3.view(result_shape) if out is None else out
+    bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
+    if bias is not None and bias.data_ptr() % 4:
+        raise UnsupportedGemmError("alignment: the bias's data pointer must be 4-byte aligned")
     gemm_problem = dataclasses.replace(problem, n=2 * n)  # the GEMM's width: gate and up columns
-    spec = EpilogueSpec(gated=activation)
+    spec = EpilogueSpec(gated=activation, bias="col" if bias is not None else None,
+                        bias_dtype=dtype_name(bias.dtype) if bias is not None else "float32")
     kernel = get_kernel(gemm_problem, config, spec)
     cfg = kernel.config
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
@@ -107,7 +140,7 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     from cutlass import Float32
 
     with DSL_LOCK:
-        kernel._fn(a_v, gate_v, out_v, None, None, None, None, work, counters, Float32(1.0), Float32(0.0),
+        kernel._fn(a_v, gate_v, out_v, bias, None, None, None, work, counters, Float32(1.0), Float32(0.0),
                    max_clusters(index, cfg.cluster_m * cfg.cluster_n), cuda.CUstream(stream), up_v)
     return out3.view(result_shape) if out is None else out
 

@@ -203,9 +203,9 @@ class TileEpilogue:
         origin = self.col0 if axis == "col" else self.row0
         return Float32(getattr(self.args, name)[cutlass.min(origin + local, self._last(axis))])
 
-    def apply_gated(self, gate: cute.Tensor, up: cute.Tensor):
+    def apply_gated(self, gate: cute.Tensor, up: cute.Tensor, coord_of):
         """The gated epilogue (spec.gated) of one sub-tile's gate and up fragments, fp32."""
-        return gated_product(self, gate, up)
+        return gated_product(self, gate, up, coord_of)
 
     def apply(self, frag: cute.Tensor, coord_of, residual=None):
         """The spec applied to ``frag`` (fp32 accumulators; ``coord_of(v)``: tile-local (m, n) of
@@ -254,10 +254,23 @@ class TileEpilogue:
         return x
 
 
-def gated_product(tile: "TileEpilogue", gate: cute.Tensor, up: cute.Tensor):
-    """The gated epilogue of a fragment pair (fp32): ``act(alpha * gate) * (alpha * up)``."""
+def gated_product(tile: "TileEpilogue", gate: cute.Tensor, up: cute.Tensor, coord_of):
+    """The gated epilogue of a fragment pair (fp32): ``act(alpha * gate + b_gate) * (alpha * up +
+    b_up)``; ``coord_of(v)``: the tile-local (m, n) of the gate's element v (n < the half width).
+    The bias is one 2N vector: the gate's column j at j, the up's at N + j (clamped like every
+    epilogue read: tail columns are never stored)."""
     x = gate.load() * tile.scale
     y = up.load() * tile.scale
+    if cutlass.const_expr(tile.spec.bias == "col"):
+        bg = cute.make_rmem_tensor(gate.shape, Float32)
+        bu = cute.make_rmem_tensor(gate.shape, Float32)
+        n_out = tile.args.n_extent
+        for v in range(cute.size(gate)):
+            col = cutlass.min(tile.col0 + coord_of(v)[1], n_out - 1)
+            bg[v] = Float32(tile.args.bias[col])
+            bu[v] = Float32(tile.args.bias[n_out + col])
+        x = x + bg.load()
+        y = y + bu.load()
     return ACTIVATIONS[tile.spec.gated](x) * y
 
 

@@ -585,7 +585,7 @@ class Sm90Gemm:
                             for v in cutlass.range_constexpr(frag_size):
                                 tRS_frag[v] = tRS_acc[e_gate * frag_size + v]
                                 tRS_up[v] = tRS_acc[(e_gate + sub_n) * frag_size + v]
-                            tRS_out.store(tile_ops.apply_gated(tRS_frag, tRS_up).to(self.c_dtype))
+                            tRS_out.store(tile_ops.apply_gated(tRS_frag, tRS_up, tile_coord(e_gate)).to(self.c_dtype))
                         else:
                             for v in cutlass.range_constexpr(frag_size):
                                 tRS_frag[v] = tRS_acc[e * frag_size + v]

@@ -28,9 +28,11 @@ def test_spec_rules_and_keys():
     assert EpilogueSpec().key() == ("epi", None, None, None, False, None, False, None, None)  # unchanged
     with pytest.raises(UnsupportedGemmError, match="gated 'tanh'"):
         EpilogueSpec(gated="tanh")
-    for kw in ({"bias": "col"}, {"activation": "relu"}, {"residual": True}, {"scale_a": "row"}):
-        with pytest.raises(UnsupportedGemmError, match="gated: the gated epilogue takes no"):
+    for kw in ({"bias": "row"}, {"activation": "relu"}, {"residual": True}, {"scale_a": "row"}):
+        with pytest.raises(UnsupportedGemmError, match="gated: the gated epilogue takes a column bias only"):
             EpilogueSpec(gated="silu", **kw)
+    biased = EpilogueSpec(gated="silu", bias="col", bias_dtype="bfloat16")
+    assert biased.staged_vectors(128, 256) == ()  # read per element from the 2N vector, not staged
 
 
 def test_config_rules_name_what_the_gated_kernel_does_not_take():
@@ -63,6 +65,8 @@ def test_ranking_offers_only_configs_the_gated_kernel_takes(m):
     (GemmConfig(128, 128, schedule="pingpong"), "float16", "gelu_tanh"),
     (GemmConfig(64, 128, schedule="pingpong", splits=2), "bfloat16", "relu"),
     (GemmConfig(64, 64, schedule="pingpong", a_rows=16), "bfloat16", "gelu"),
+    (GemmConfig(128, 256, cluster_n=2), "bfloat16", "silu+bias"),
+    (GemmConfig(64, 128, schedule="pingpong", splits=2), "float16", "gelu_tanh+bias"),
 ], ids=lambda x: getattr(x, "name", x))
 def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
     from cutedsl_backend.build import compile_kernel
@@ -70,8 +74,10 @@ def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
 
     m = 16 if cfg.a_rows else 4096
     problem = GemmProblem(m, 2 * 14336, 4096, 1, dtype, dtype, "k", "k", "sm90a")
-    which = resolve(problem, cfg, EpilogueSpec(gated=act))
-    assert which.config == resolve_config(cfg, problem, EpilogueSpec(gated=act))
+    act, _, bias = act.partition("+")
+    spec = EpilogueSpec(gated=act, bias="col" if bias else None, bias_dtype="float32")
+    which = resolve(problem, cfg, spec)
+    assert which.config == resolve_config(cfg, problem, spec)
     cg = compile_kernel(problem, which)
     counts = cg.sass_counts()
     assert counts["UTMALDG"] == 3, counts  # A, the gate half and the up half of B

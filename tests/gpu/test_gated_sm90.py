@@ -85,3 +85,25 @@ def test_refused_inputs_name_the_rule():
         cb.gemm_gated(a, wg, wu, activation="tanh")
     with pytest.raises(cb.UnsupportedGemmError, match="same shape"):
         cb.gemm_gated(a, wg, wu[:64])
+
+
+@pytest.mark.parametrize("form", ["both", "gate_only", "concatenated", "fp32"])
+def test_gated_biases(form):
+    """act(a @ w_gate^T + b_gate) * (a @ w_up^T + b_up), the bias read as one 2N vector."""
+    m, n, k = 200, 264, 520
+    a, wg, wu = operands(m, n, k, torch.bfloat16, SEED + 50)
+    g = torch.Generator(device="cuda").manual_seed(SEED + 51)
+    bdt = torch.float32 if form == "fp32" else torch.bfloat16
+    bg = torch.randn(n, device="cuda", generator=g).to(bdt)
+    bu = torch.randn(n, device="cuda", generator=g).to(bdt)
+    if form == "concatenated":
+        out = cb.gemm_gated(a, w_gate_up=torch.cat([wg, wu]), bias_gate_up=torch.cat([bg, bu]))
+    elif form == "gate_only":
+        out = cb.gemm_gated(a, wg, wu, bias_gate=bg)
+        bu = torch.zeros_like(bu)
+    else:
+        out = cb.gemm_gated(a, wg, wu, bias_gate=bg, bias_up=bu)
+    ref = torch_activation("silu")(a.double() @ wg.double().t() + bg.double()) * (
+        a.double() @ wu.double().t() + bu.double())
+    c = compare(out, ref, "bfloat16", k, activation="silu")
+    assert c["ok"], (form, c)
