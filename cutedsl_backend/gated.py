@@ -84,7 +84,9 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     - biases (optional): ``bias_gate`` and/or ``bias_up`` (N,), or ``bias_gate_up`` (2N,) with the
       concatenated weight's layout; a's dtype or float32.
     - ``out``: optional result tensor of exactly the result's shape and dtype, contiguous rows.
-    - no autograd yet: inputs that require grad (in grad mode) are refused.
+    - autograd: where a or a weight requires grad (in grad mode, two-weight form) the result is
+      differentiable; the backward recomputes gate and up on our kernels (fp32) and runs its four
+      GEMMs on them (:class:`GatedFunction`); no ``out`` then.
     - device: an sm90 (Hopper) GPU.
 
     Raises :class:`UnsupportedGemmError` naming the rule an input breaks.
@@ -94,8 +96,11 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     gate, up = _weights(w_gate, w_up, w_gate_up)
     if not isinstance(a, torch.Tensor) or a.dim() < 2:
         raise UnsupportedGemmError("a: must be a tensor of at least 2 dims (..., M, K)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (a, gate, up)):
-        raise UnsupportedGemmError("autograd: gemm_gated has no backward yet; call it under torch.no_grad()")
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False)
+                                       for t in (a, gate, up, bias_gate, bias_up, bias_gate_up)):
+        if out is not None or w_gate_up is not None or bias_gate_up is not None:
+            raise UnsupportedGemmError("autograd: takes the two-weight form without out= (as in torch)")
+        return GatedFunction.apply(a, gate, up, bias_gate, bias_up, activation, config)
     lead = a.shape[:-1]
     a2 = a.reshape(-1, a.shape[-1])
     n = gate.shape[0]
@@ -143,6 +148,55 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
         kernel._fn(a_v, gate_v, out_v, bias, None, None, None, work, counters, Float32(1.0), Float32(0.0),
                    max_clusters(index, cfg.cluster_m * cfg.cluster_n), cuda.CUstream(stream), up_v)
     return out3.view(result_shape) if out is None else out
+
+
+class GatedFunction(torch.autograd.Function):
+    """``gemm_gated`` where an input requires grad. Backward, with g = a @ w_gate^T + b_gate and
+    u = a @ w_up^T + b_up recomputed in fp32 on our kernels (not saved: 2N x M fp32 values):
+    grad_g = grad * u * act'(g) (torch's own derivative), grad_u = grad * act(g), both rounded to
+    the input dtype as torch's 16-bit backward does; grad_a = grad_g @ w_gate + grad_u @ w_up (the
+    second GEMM adds the first as its residual), grad_w = grad^T @ a, grad_b = column sums."""
+
+    @staticmethod
+    def forward(ctx, a, w_gate, w_up, bias_gate, bias_up, activation, config):
+        ctx.save_for_backward(a, w_gate, w_up, bias_gate, bias_up)
+        ctx.activation = activation
+        with torch.no_grad():
+            return gemm_gated(a.detach(), w_gate.detach(), w_up.detach(), activation=activation, config=config,
+                              bias_gate=None if bias_gate is None else bias_gate.detach(),
+                              bias_up=None if bias_up is None else bias_up.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .epilogue import torch_activation
+        from .ops import gemm
+
+        a, w_gate, w_up, bias_gate, bias_up = ctx.saved_tensors
+        a2 = a.reshape(-1, a.shape[-1])
+        grad2 = grad.reshape(-1, grad.shape[-1]).float()
+        f32 = torch.float32
+        g = gemm(a2, w_gate.t(), bias=None if bias_gate is None else bias_gate.float(), out_dtype=f32)
+        u = gemm(a2, w_up.t(), bias=None if bias_up is None else bias_up.float(), out_dtype=f32)
+        g = g.requires_grad_(True)
+        with torch.enable_grad():
+            act_g = torch_activation(ctx.activation)(g)
+        (grad_g,) = torch.autograd.grad(act_g, g, grad2 * u)
+        grad_u = grad2 * act_g.detach()
+        gg, gu = grad_g.to(a.dtype), grad_u.to(a.dtype)
+        needs = ctx.needs_input_grad
+        grad_a = grad_wg = grad_wu = grad_bg = grad_bu = None
+        if needs[0]:
+            partial = gemm(gg, w_gate)
+            grad_a = gemm(gu, w_up, residual=partial).reshape(a.shape)
+        if needs[1]:
+            grad_wg = gemm(gg.t(), a2).to(w_gate.dtype)
+        if needs[2]:
+            grad_wu = gemm(gu.t(), a2).to(w_up.dtype)
+        if needs[3] and bias_gate is not None:
+            grad_bg = grad_g.sum(0).to(bias_gate.dtype)
+        if needs[4] and bias_up is not None:
+            grad_bu = grad_u.sum(0).to(bias_up.dtype)
+        return grad_a, grad_wg, grad_wu, grad_bg, grad_bu, None, None
 
 
 # ---------------------------------------------------------------------------- custom op

@@ -77,8 +77,8 @@ def test_refused_inputs_name_the_rule():
     a, wg, wu = operands(64, 128, 64, torch.bfloat16, SEED + 40)
     with pytest.raises(cb.UnsupportedGemmError, match="N=100 must be a multiple of 8"):
         cb.gemm_gated(a, wg[:100], wu[:100])
-    with pytest.raises(cb.UnsupportedGemmError, match="autograd"):
-        cb.gemm_gated(a.clone().requires_grad_(), wg, wu)
+    with pytest.raises(cb.UnsupportedGemmError, match="autograd: takes the two-weight form"):
+        cb.gemm_gated(a.clone().requires_grad_(), w_gate_up=torch.cat([wg, wu]))
     with pytest.raises(cb.UnsupportedGemmError, match="K-contiguous"):
         cb.gemm_gated(a, wg.t().contiguous().t(), wu)
     with pytest.raises(cb.UnsupportedGemmError, match="activation"):
@@ -107,3 +107,37 @@ def test_gated_biases(form):
         a.double() @ wu.double().t() + bu.double())
     c = compare(out, ref, "bfloat16", k, activation="silu")
     assert c["ok"], (form, c)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gated_gradients_within_twice_torchs_error(act, with_bias):
+    """Gradients of gemm_gated (a, both weights, both biases) against float64, each within twice
+    the error of torch's own bf16 autograd of the unfused formula (quack's rule)."""
+    m, n, k = 136, 264, 520
+    a, wg, wu = operands(m, n, k, torch.bfloat16, SEED + 60)
+    g = torch.Generator(device="cuda").manual_seed(SEED + 61)
+    bg = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if with_bias else None
+    bu = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if with_bias else None
+    grad = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+    act_fn = torch_activation(act)
+
+    def grads(fn, dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (a, wg, wu) + ((bg, bu) if with_bias else ())]
+        out = fn(*leaves)
+        out.backward(grad.to(dtype))
+        return [t.grad.double() for t in leaves]
+
+    def unfused(x, w1, w2, b1=None, b2=None):
+        return act_fn(torch.nn.functional.linear(x, w1, b1)) * torch.nn.functional.linear(x, w2, b2)
+
+    def ours(x, w1, w2, b1=None, b2=None):
+        return cb.gemm_gated(x, w1, w2, activation=act, bias_gate=b1, bias_up=b2)
+
+    ref = grads(unfused, torch.float64)
+    theirs = grads(unfused, torch.bfloat16)
+    mine = grads(ours, torch.bfloat16)
+    for name, r, t, o in zip(("a", "w_gate", "w_up", "bias_gate", "bias_up"), ref, theirs, mine):
+        e_t = float((t - r).norm() / r.norm())
+        e_o = float((o - r).norm() / r.norm())
+        assert e_o <= 2 * e_t + 1e-3, (name, e_o, e_t)
