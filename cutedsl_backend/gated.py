@@ -168,35 +168,40 @@ class GatedFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .epilogue import torch_activation
-        from .ops import gemm
-
         a, w_gate, w_up, bias_gate, bias_up = ctx.saved_tensors
-        a2 = a.reshape(-1, a.shape[-1])
-        grad2 = grad.reshape(-1, grad.shape[-1]).float()
-        f32 = torch.float32
-        g = gemm(a2, w_gate.t(), bias=None if bias_gate is None else bias_gate.float(), out_dtype=f32)
-        u = gemm(a2, w_up.t(), bias=None if bias_up is None else bias_up.float(), out_dtype=f32)
-        g = g.requires_grad_(True)
-        with torch.enable_grad():
-            act_g = torch_activation(ctx.activation)(g)
-        (grad_g,) = torch.autograd.grad(act_g, g, grad2 * u)
-        grad_u = grad2 * act_g.detach()
-        gg, gu = grad_g.to(a.dtype), grad_u.to(a.dtype)
-        needs = ctx.needs_input_grad
-        grad_a = grad_wg = grad_wu = grad_bg = grad_bu = None
-        if needs[0]:
-            partial = gemm(gg, w_gate)
-            grad_a = gemm(gu, w_up, residual=partial).reshape(a.shape)
-        if needs[1]:
-            grad_wg = gemm(gg.t(), a2).to(w_gate.dtype)
-        if needs[2]:
-            grad_wu = gemm(gu.t(), a2).to(w_up.dtype)
-        if needs[3] and bias_gate is not None:
-            grad_bg = grad_g.sum(0).to(bias_gate.dtype)
-        if needs[4] and bias_up is not None:
-            grad_bu = grad_u.sum(0).to(bias_up.dtype)
-        return grad_a, grad_wg, grad_wu, grad_bg, grad_bu, None, None
+        return (*gated_backward(grad, a, w_gate, w_up, bias_gate, bias_up, ctx.activation,
+                                tuple(ctx.needs_input_grad[:5])), None, None)
+
+
+def gated_backward(grad, a, w_gate, w_up, bias_gate, bias_up, activation: str, needs: tuple) -> tuple:
+    """(grad_a, grad_w_gate, grad_w_up, grad_bias_gate, grad_bias_up), None where ``needs`` says so.
+    Its GEMMs go through ``torch.ops.cutedsl.gemm``, so a traced training graph keeps them."""
+    from .epilogue import torch_activation
+
+    op = torch.ops.cutedsl.gemm.default
+    a2 = a.reshape(-1, a.shape[-1])
+    grad2 = grad.reshape(-1, grad.shape[-1]).float()
+    g = op(a2, w_gate.t(), None if bias_gate is None else bias_gate.float(), None, None, 1.0, 1.0, "float32")
+    u = op(a2, w_up.t(), None if bias_up is None else bias_up.float(), None, None, 1.0, 1.0, "float32")
+    g = g.detach().requires_grad_(True)
+    with torch.enable_grad():
+        act_g = torch_activation(activation)(g)
+    (grad_g,) = torch.autograd.grad(act_g, g, grad2 * u)
+    grad_u = grad2 * act_g.detach()
+    gg, gu = grad_g.to(a.dtype), grad_u.to(a.dtype)
+    grad_a = grad_wg = grad_wu = grad_bg = grad_bu = None
+    if needs[0]:
+        partial = op(gg, w_gate, None, None, None, 1.0, 1.0, None)
+        grad_a = op(gu, w_up, None, partial, None, 1.0, 1.0, None).reshape(a.shape)
+    if needs[1]:
+        grad_wg = op(gg.t(), a2, None, None, None, 1.0, 1.0, None).to(w_gate.dtype)
+    if needs[2]:
+        grad_wu = op(gu.t(), a2, None, None, None, 1.0, 1.0, None).to(w_up.dtype)
+    if len(needs) > 3 and needs[3] and bias_gate is not None:
+        grad_bg = grad_g.sum(0).to(bias_gate.dtype)
+    if len(needs) > 4 and needs[4] and bias_up is not None:
+        grad_bu = grad_u.sum(0).to(bias_up.dtype)
+    return grad_a, grad_wg, grad_wu, grad_bg, grad_bu
 
 
 # ---------------------------------------------------------------------------- custom op
@@ -217,4 +222,20 @@ _LIB.define("gemm_gated" + torch.library.infer_schema(_gated_op, mutates_args=()
 _LIB.impl("gemm_gated", _gated_op, "CUDA")
 _LIB.impl("gemm_gated", _gated_op, "CPU")  # reaches the device rule: a named error, not "no kernel"
 torch.library.register_fake("cutedsl::gemm_gated", _gated_fake, lib=_LIB)
+
+
+def _op_setup_context(ctx, inputs, output):
+    a, w_gate, w_up, activation = inputs
+    ctx.save_for_backward(a, w_gate, w_up)
+    ctx.activation = activation
+
+
+def _op_backward(ctx, grad):
+    a, w_gate, w_up = ctx.saved_tensors
+    grads = gated_backward(grad, a, w_gate, w_up, None, None, ctx.activation, tuple(ctx.needs_input_grad[:3]))
+    return (*grads[:3], None)
+
+
+# its backward runs on torch.ops.cutedsl.gemm, so traced training graphs keep our kernels
+torch.library.register_autograd("cutedsl::gemm_gated", _op_backward, setup_context=_op_setup_context, lib=_LIB)
 gemm_gated_op = torch.ops.cutedsl.gemm_gated.default

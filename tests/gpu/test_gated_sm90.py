@@ -141,3 +141,17 @@ def test_gated_gradients_within_twice_torchs_error(act, with_bias):
         e_t = float((t - r).norm() / r.norm())
         e_o = float((o - r).norm() / r.norm())
         assert e_o <= 2 * e_t + 1e-3, (name, e_o, e_t)
+
+
+def test_the_custom_op_has_the_same_gradients():
+    """torch.ops.cutedsl.gemm_gated's registered autograd (what traced training graphs run) gives
+    the eager API's gradients."""
+    a, wg, wu = operands(64, 136, 264, torch.bfloat16, SEED + 70)
+    grad = torch.randn(64, 136, device="cuda").to(torch.bfloat16)
+    out = []
+    for fn in (lambda x, w1, w2: cb.gemm_gated(x, w1, w2), lambda x, w1, w2: torch.ops.cutedsl.gemm_gated(x, w1, w2)):
+        leaves = [t.detach().clone().requires_grad_() for t in (a, wg, wu)]
+        fn(*leaves).backward(grad)
+        out.append([t.grad for t in leaves])
+    for eager, op in zip(*out):
+        assert torch.equal(eager, op)
