@@ -2,9 +2,9 @@
 each gate column with its up column, so the 2N-wide intermediate never reaches memory (design:
 docs/design/gated-mlp.md). The eager API and ``torch.ops.cutedsl.gemm_gated``.
 
-This first version takes 16-bit operands with optional column biases, no FP8 scales; it launches
-through the DSL's own argument marshalling (tens of microseconds of host time a call, not the plan
-path of ``gemm``).
+This first version takes 16-bit operands with optional column biases, no FP8 scales. A call's
+geometry is checked once and kept (a plan, as for ``gemm``), and the kernel is launched with its
+argument structs filled directly (ArgPack; the up weights follow the stream in its signature).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import torch
 from .compiler import get_kernel
 from .configs import GemmConfig, split_k_workspace
 from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
-from .kernel import DSL_LOCK
-from .operands import as_rcl, check_out, max_clusters, prepare, tma_writable
+from .operands import as_rcl, check_no_alias, check_out, max_clusters, prepare, rcl, tma_writable
 from .plan import PLANS, raw_stream
-from .problem import UnsupportedGemmError, dtype_name
+from .problem import UnsupportedGemmError, byte_span, dtype_name
 
 
 def _weights(w_gate, w_up, w_gate_up):
@@ -101,53 +100,113 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
         if out is not None or w_gate_up is not None or bias_gate_up is not None:
             raise UnsupportedGemmError("autograd: takes the two-weight form without out= (as in torch)")
         return GatedFunction.apply(a, gate, up, bias_gate, bias_up, activation, config)
-    lead = a.shape[:-1]
     a2 = a.reshape(-1, a.shape[-1])
-    n = gate.shape[0]
-    problem, a3, b3 = prepare(a2, gate.t(), None, config)
-    if problem.b_major != "k" or up.stride(1) != 1:
-        raise UnsupportedGemmError("layout: the weights must be K-contiguous ((N, K) row-major)")
-    if n % 8:
-        raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
-    if up.data_ptr() % 16 or up.stride(0) % 8:
-        raise UnsupportedGemmError("alignment: w_up's data pointer and row stride must be 16-byte aligned")
-    result_shape = (*lead, n)
-    out_t = a.dtype
-    if out is not None:
-        out3 = check_out(out, result_shape, (1, problem.m, n), out_t, a.device)
-        if not tma_writable(out3):
-            raise UnsupportedGemmError("alignment: out's row stride must be a multiple of 16 bytes")
-    else:
-        out3 = torch.empty((1, problem.m, n), dtype=out_t, device=a.device)
-    if not problem.m:
-        return out3.view(result_shape) if out is None else out
-    bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
-    if bias is not None and bias.data_ptr() % 4:
-        raise UnsupportedGemmError("alignment: the bias's data pointer must be 4-byte aligned")
-    gemm_problem = dataclasses.replace(problem, n=2 * n)  # the GEMM's width: gate and up columns
-    spec = EpilogueSpec(gated=activation, bias="col" if bias is not None else None,
-                        bias_dtype=dtype_name(bias.dtype) if bias is not None else "float32")
-    kernel = get_kernel(gemm_problem, config, spec)
-    cfg = kernel.config
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    align = 16 // a.element_size()
-    a_v = as_rcl(a3, problem.a_major == "k", align)
-    gate_v = as_rcl(gate.unsqueeze(0), True, align)
-    up_v = as_rcl(up.unsqueeze(0), True, align)
-    out_v = as_rcl(out3, True, align)
-    stream = raw_stream(index)
-    work = counters = None
-    if cfg.splits > 1:
-        tiles, floats = split_k_workspace(gemm_problem, cfg)
-        work_buf, count_buf = PLANS.workspaces.get(a.device, stream, tiles, floats)
-        work, counters = work_buf[:floats], count_buf[:tiles]
-    import cuda.bindings.driver as cuda
-    from cutlass import Float32
+    geo = (a2.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
+           activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up),
+           None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+    plans = PLANS.of_thread()
+    key = ("gated", geo)
+    plan = plans.get(key)
+    if plan is None:
+        plan = _GatedPlan(a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config)
+        if len(plans) >= PLANS.max_plans:
+            plans.clear()
+        plans[key] = plan
+    bias = None if plan.spec.bias is None else _bias(bias_gate, bias_up, bias_gate_up, plan.n, a.dtype, a.device)
+    return plan.run(a2, gate, up, bias, out)
 
-    with DSL_LOCK:
-        kernel._fn(a_v, gate_v, out_v, bias, None, None, None, work, counters, Float32(1.0), Float32(0.0),
-                   max_clusters(index, cfg.cluster_m * cfg.cluster_n), cuda.CUstream(stream), up_v)
-    return out3.view(result_shape) if out is None else out
+
+def _geo(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+class _GatedPlan:
+    """What a gated call needs that depends only on its operands' geometry, checked once: the
+    kernel and its argument structs (the up weights after the stream: ArgPack's tail), the
+    result's shape, the byte spans the per-call alias check uses."""
+
+    def __init__(self, a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config):
+        n = gate.shape[0]
+        problem, a3, _ = prepare(a2, gate.t(), None, config)
+        if problem.b_major != "k" or up.stride(1) != 1:
+            raise UnsupportedGemmError("layout: the weights must be K-contiguous ((N, K) row-major)")
+        if n % 8:
+            raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
+        if up.stride(0) % 8:
+            raise UnsupportedGemmError("alignment: w_up's row stride must be 16-byte aligned")
+        self.n, self.m = n, problem.m
+        self.result_shape = (*a.shape[:-1], n)
+        self.out_dtype = a.dtype
+        self.device = a.device
+        if out is not None:
+            out3 = check_out(out, self.result_shape, (1, problem.m, n), a.dtype, a.device)
+            if not tma_writable(out3):
+                raise UnsupportedGemmError("alignment: out's row stride must be a multiple of 16 bytes")
+        else:
+            out3 = torch.empty((1, max(problem.m, 1), n), dtype=a.dtype, device="meta")
+        bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
+        self.spec = EpilogueSpec(gated=activation, bias="col" if bias is not None else None,
+                                 bias_dtype=dtype_name(bias.dtype) if bias is not None else "float32")
+        self.gemm_problem = dataclasses.replace(problem, n=2 * n)  # the GEMM's width: gate and up columns
+        self.a_major = problem.a_major
+        self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
+        self.empty = not problem.m
+        if self.empty:
+            return
+        self.kernel = kernel = get_kernel(self.gemm_problem, config, self.spec)
+        cfg = kernel.config
+        self.index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        align = 16 // a.element_size()
+        descs = [self._desc(a3, self.a_major == "k", align), self._desc(gate.unsqueeze(0), True, align),
+                 self._desc(out3, True, align)]
+        if bias is not None:
+            descs.append(((2 * n,), ()))
+        self.split_sizes = split_k_workspace(self.gemm_problem, cfg) if cfg.splits > 1 else (0, 0)
+        if cfg.splits > 1:
+            descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
+        self.pack = kernel.arg_pack(descs, max_clusters(self.index, cfg.cluster_m * cfg.cluster_n),
+                                    tail=(self._desc(up.unsqueeze(0), True, align),))
+        self.in_spans = tuple(byte_span(t.shape, t.stride(), t.element_size()) for t in (a2, gate, up))
+        self.out_span = None if out is None else byte_span(out3.shape, out3.stride(), out3.element_size())
+
+    @staticmethod
+    def _desc(t, cols_contiguous: bool, align: int):
+        _, shape, strides = rcl(t, cols_contiguous, align)
+        unit = 1 if cols_contiguous else 0
+        return shape, tuple(s for i, s in enumerate(strides) if i != unit)
+
+    def run(self, a2, gate, up, bias, out):
+        fresh = out is None
+        out3 = torch.empty((1, self.m, self.n), dtype=self.out_dtype, device=self.device) if fresh else out.view(
+            1, self.m, self.n)
+        if self.empty:
+            return out3.view(self.result_shape) if fresh else out
+        pa, pg, pu, pc = a2.data_ptr(), gate.data_ptr(), up.data_ptr(), out3.data_ptr()
+        if (pa | pg | pu | pc) % 16:
+            raise UnsupportedGemmError("alignment: data pointers of a, the weights and out must be 16-byte aligned")
+        if not fresh:
+            check_no_alias((pc, self.out_span), zip(("a", "w_gate", "w_up"), zip((pa, pg, pu), self.in_spans)))
+        ptrs = (pa, pg, pc)
+        if bias is not None:
+            if bias.data_ptr() % 4:
+                raise UnsupportedGemmError("alignment: the bias's data pointer must be 4-byte aligned")
+            ptrs += (bias.data_ptr(),)
+        stream = raw_stream(self.index)
+        work = None
+        if self.split_sizes[0]:
+            work = PLANS.workspaces.get(self.device, stream, *self.split_sizes)
+            ptrs += (work[0].data_ptr(), work[1].data_ptr())
+        self.kernel.launch(self.pack, ptrs + (pu,), 1.0, 0.0, stream,
+                           lambda: self._views(a2, gate, up, out3, bias, work))
+        return out3.view(self.result_shape) if fresh else out
+
+    def _views(self, a2, gate, up, out3, bias, work):  # only for the one-time check of the direct launch path
+        align = 16 // a2.element_size()
+        a3 = a2.detach().as_strided(*self.a_geo)
+        split = (None, None) if work is None else (work[0][:self.split_sizes[1]], work[1][:self.split_sizes[0]])
+        return (as_rcl(a3, self.a_major == "k", align), as_rcl(gate.detach().unsqueeze(0), True, align),
+                as_rcl(out3, True, align), bias, None, None, None, *split,
+                as_rcl(up.detach().unsqueeze(0), True, align))
 
 
 class GatedFunction(torch.autograd.Function):

@@ -138,10 +138,11 @@ class CompiledGemm:
             raise RuntimeError("this CompiledGemm has no callable (artifacts only)")
         return self._fn(*args)
 
-    def arg_pack(self, descs: list, max_clusters: int) -> "ArgPack":
+    def arg_pack(self, descs: list, max_clusters: int, tail: tuple = ()) -> "ArgPack":
         """Argument structs for one operand geometry (the eager API caches one per geometry).
-        ``descs``: (shape, dynamic strides) of each tensor argument present, in call order."""
-        return ArgPack(self, descs, max_clusters)
+        ``descs``: (shape, dynamic strides) of each tensor argument present, in call order;
+        ``tail``: the same for the tensors after the stream (the gated epilogue's up weights)."""
+        return ArgPack(self, descs, max_clusters, tail)
 
     def launch(self, pack: "ArgPack", ptrs: tuple, alpha: float, beta: float, stream_handle: int,
                views) -> None:
@@ -161,6 +162,7 @@ class CompiledGemm:
             import cuda.bindings.driver as cuda
             from cutlass import Float32
 
+            head, tail = pack.split_views(views())
             with DSL_LOCK:  # the DSL's own argument path: Python state a load may touch
-                self._fn(*views(), Float32(alpha), Float32(beta), pack.clusters.value,
-                         cuda.CUstream(stream_handle))
+                self._fn(*head, Float32(alpha), Float32(beta), pack.clusters.value,
+                         cuda.CUstream(stream_handle), *tail)

@@ -23,34 +23,40 @@ def _desc_type(rank: int, dynamic_strides: int):
         ("stride", ctypes.c_int64 * dynamic_strides)]})
 
 
+def _desc(shape, dyn):
+    d = _desc_type(len(shape), len(dyn))()
+    for i, v in enumerate(shape):
+        d.shape[i] = v
+    for i, v in enumerate(dyn):
+        d.stride[i] = v
+    return d
+
+
 class ArgPack:
     """The compiled function's arguments as C structs: tensor descriptors, alpha, beta,
-    cluster count, stream."""
+    cluster count, stream, then the tensors that follow the stream (``tail``: the gated epilogue's
+    up weights)."""
 
-    def __init__(self, cg: "CompiledGemm", descs: list, max_clusters: int):
+    def __init__(self, cg: "CompiledGemm", descs: list, max_clusters: int, tail: tuple = ()):
         self.fn = cg._fn
         self.name = cg.config.name
-        self.descs = []
-        for shape, dyn in descs:
-            d = _desc_type(len(shape), len(dyn))()
-            for i, v in enumerate(shape):
-                d.shape[i] = v
-            for i, v in enumerate(dyn):
-                d.stride[i] = v
-            self.descs.append(d)
+        self.descs = [_desc(shape, dyn) for shape, dyn in descs]
+        self.tail = [_desc(shape, dyn) for shape, dyn in tail]
+        self.all_descs = self.descs + self.tail  # in the order of the data pointers a launch gets
         self.alpha = ctypes.c_float(1.0)
         self.beta = ctypes.c_float(0.0)
         self.clusters = ctypes.c_int32(max_clusters)
         self.stream = ctypes.c_void_p()
         self.scalars = (self.alpha, self.beta, self.clusters, self.stream)
-        self.args = [ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
+        self.args = ([ctypes.addressof(d) for d in self.descs] + [ctypes.addressof(x) for x in self.scalars]
+                     + [ctypes.addressof(d) for d in self.tail])
         # after the first launch: the host function's packed argument array (our structs' addresses,
         # then the executor's own slots), called directly; None: through run_compiled_program
         self._packed = None
         self._bind_tried = False
 
     def _fill(self, ptrs, alpha, beta, stream_handle):
-        for d, p in zip(self.descs, ptrs):
+        for d, p in zip(self.all_descs, ptrs):
             d.ptr = p
         self.alpha.value = alpha
         self.beta.value = beta
@@ -85,6 +91,11 @@ class ArgPack:
         except Exception as e:  # another DSL version: its own call path, a few us slower
             log.info("packed-argument launch disabled for %s: %s", self.name, e)
 
+    def split_views(self, views: tuple) -> tuple:
+        """(the tensor arguments before the scalars, those after the stream) of a call's views."""
+        cut = len(views) - len(self.tail)
+        return views[:cut], views[cut:]
+
     def matches_dsl(self, ptrs, alpha, beta, stream_handle, views) -> bool:
         """True if these structs hold the same bytes as the DSL's own marshalling of the call
         (field by field: padding is not compared)."""
@@ -93,12 +104,17 @@ class ArgPack:
             from cutlass import Float32
 
             self._fill(ptrs, alpha, beta, stream_handle)
+            head, tail = self.split_views(views())
             ref_args, _keep = self.fn.generate_execution_args(
-                *views(), Float32(alpha), Float32(beta), self.clusters.value, cuda.CUstream(stream_handle))
+                *head, Float32(alpha), Float32(beta), self.clusters.value, cuda.CUstream(stream_handle), *tail)
             if len(ref_args) != len(self.args):
                 raise ValueError(f"{len(ref_args)} args, expected {len(self.args)}")
-            ranges = [[(f.offset, f.size) for f in (type(d).ptr, type(d).shape, type(d).stride) if f.size]
-                      for d in self.descs] + [[(0, ctypes.sizeof(x))] for x in self.scalars]
+
+            def desc_fields(d):
+                return [(f.offset, f.size) for f in (type(d).ptr, type(d).shape, type(d).stride) if f.size]
+
+            ranges = ([desc_fields(d) for d in self.descs] + [[(0, ctypes.sizeof(x))] for x in self.scalars]
+                      + [desc_fields(d) for d in self.tail])
             for ours, theirs, fields in zip(self.args, ref_args, ranges):
                 addr = theirs.value if isinstance(theirs, ctypes.c_void_p) else int(theirs)
                 for off, n in fields:

@@ -184,6 +184,7 @@ def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
     - ``gemm``: ``gemm(a, b, out=)`` vs ``torch.matmul(a, b, out=)``
     - ``gemm_bias_gelu``: ``gemm(a, b, bias=, activation="gelu")`` vs ``F.gelu(torch.addmm(bias, a, b))``
       and cuBLASLt's fused ``torch._addmm_activation(bias, a, b, use_gelu=True)``
+    - ``gemm_gated``: ours vs ``F.silu(a @ w_gate.T) * (a @ w_up.T)`` (three kernels)
     - ``scaled_mm`` tensorwise and rowwise: ours vs ``torch._scaled_mm`` (fp8 e4m3, bf16 out)
     """
     import statistics
@@ -197,6 +198,7 @@ def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
     a = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
     b = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
     bias = torch.randn(64, device=dev, dtype=torch.bfloat16)
+    b2 = torch.randn(64, 64, device=dev, dtype=torch.bfloat16)
     out = torch.empty(64, 64, device=dev, dtype=torch.bfloat16)
     a8 = a.to(torch.float8_e4m3fn)
     b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
@@ -207,6 +209,8 @@ def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
         "gemm_bias_gelu": (lambda: cb.gemm(a, b, bias=bias, activation="gelu"), {
             "F.gelu(torch.addmm)": lambda: F.gelu(torch.addmm(bias, a, b)),
             "torch._addmm_activation": lambda: torch._addmm_activation(bias, a, b, use_gelu=True)}),
+        "gemm_gated": (lambda: cb.gemm_gated(a, b, b2, activation="silu"), {
+            "F.silu(a @ w_gate.T) * (a @ w_up.T)": lambda: F.silu(a @ b.t()) * (a @ b2.t())}),
         "scaled_mm_tensorwise": (lambda: cb.scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), {
             "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)}),
         "scaled_mm_rowwise": (lambda: cb.scaled_mm(a8, b8, rows, cols, out_dtype=torch.bfloat16), {
