@@ -98,9 +98,12 @@ def test_images_install_what_the_noxfile_tests():
     gpu = (ROOT / "docker" / "Dockerfile.gpu").read_text()
     cpu = (ROOT / "docker" / "Dockerfile.cpu").read_text()
     for text in (gpu, cpu):
-        assert f"ARG DSL_VERSION={dsl}" in text
-        assert 'nvidia-cutlass-dsl-libs-cu13==${DSL_VERSION}' in text and "--force-reinstall" in text
         assert "USER 1000" in text  # non-root
+    assert f"ARG DSL_VERSION={dsl}" in cpu
+    assert 'nvidia-cutlass-dsl-libs-cu13==${DSL_VERSION}' in cpu and "--force-reinstall" in cpu
+    # the GPU image: the hash lock of requirements/gpu.txt, the cu13 libs last (test_requirements.py)
+    assert f"nvidia-cutlass-dsl=={dsl} " in (ROOT / "requirements" / "gpu.lock").read_text()
+    assert "--force-reinstall -r requirements/gpu-cu13.lock" in gpu
     assert f"ARG TORCH_VERSION={torch_cpu}" in cpu
     assert "ARG TORCH_VERSION=2.11.0" in gpu  # the oldest torch we support, as on the H200
     pyproject = (ROOT / "pyproject.toml").read_text()

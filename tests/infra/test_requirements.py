@@ -59,9 +59,32 @@ def test_gpu_requirements_cover_every_import_of_the_gpu_sessions():
 
 def test_image_and_nox_install_the_same_lists():
     dockerfile = (ROOT / "docker" / "Dockerfile.gpu").read_text()
-    assert "pip install --no-cache-dir -r requirements/gpu.txt" in dockerfile
+    # the image installs gpu.txt's hash lock (test_the_hash_lock_covers_the_requirements_at_their_versions)
+    assert "pip install --no-cache-dir --require-hashes --no-deps -r requirements/gpu.lock" in dockerfile
     assert "COPY requirements ./requirements" in dockerfile
-    dsl = re.search(r"ARG DSL_VERSION=([\d.]+)", dockerfile).group(1)
-    assert requirements("gpu.txt")["nvidia-cutlass-dsl"] == dsl
     noxfile = (ROOT / "noxfile.py").read_text()
     assert 'TEST_DEPS = ["-r", "requirements/test.txt"]' in noxfile
+
+
+def _lock(name: str) -> dict:
+    text = (ROOT / "requirements" / name).read_text()
+    entries = re.findall(r"^([a-z0-9\-]+)==([\w.]+) \\\n    --hash=sha256:([0-9a-f]{64})$", text, re.M)
+    pinned = [line for line in text.splitlines() if "==" in line]
+    assert len(entries) == len(pinned), f"requirements/{name}: a pin without its sha256"
+    return {n: v for n, v, _ in entries}
+
+
+def test_the_hash_lock_covers_the_requirements_at_their_versions():
+    """requirements/gpu.lock (+ gpu-cu13.lock) pins every package of requirements/gpu.txt at the same
+    version, each with a sha256, the DSL's CUDA 13 libs at the DSL's version (regenerate both with
+    .github/scripts/lock_requirements.py after changing gpu.txt or test.txt)."""
+    lock = _lock("gpu.lock")
+    cu13 = _lock("gpu-cu13.lock")
+    wanted = {re.sub(r"[-_.]+", "-", k): v for k, v in requirements("gpu.txt").items()}
+    for name, version in wanted.items():
+        assert lock.get(name) == version, (name, version, lock.get(name))
+    assert cu13 == {"nvidia-cutlass-dsl-libs-cu13": wanted["nvidia-cutlass-dsl"]}
+    assert "nvidia-cutlass-dsl-libs-cu12" not in lock  # the image's CUDA is 13
+    dockerfile = (ROOT / "docker" / "Dockerfile.gpu").read_text()
+    assert "--require-hashes --no-deps -r requirements/gpu.lock" in dockerfile
+    assert dockerfile.index("requirements/gpu.lock") < dockerfile.index("requirements/gpu-cu13.lock")
