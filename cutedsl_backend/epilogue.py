@@ -124,6 +124,17 @@ def residual_rule(*, elem_bytes: int, offset, row_stride, batch_stride, batched:
     return not batched or (not is_zero(batch_stride) and multiple_of(batch_stride, elems))
 
 
+def residual_broadcast(*, rows, row_stride, batched: bool, batch_stride,
+                       is_zero=lambda x: x == 0, is_one=lambda x: x == 1) -> bool:
+    """The one rule for a residual repeated over rows (row stride 0 with more than one row) or
+    over the batch (batch stride 0 under a batched GEMM; ``batch_stride`` None: a 2-D residual):
+    the kernel's residual reads take distinct rows and batches only, so the eager API computes
+    such a residual on a copy and Inductor does not fuse it (problem.py's memory rules)."""
+    if is_zero(row_stride) and not is_one(rows):
+        return True
+    return batched and (batch_stride is None or is_zero(batch_stride))
+
+
 def residual_aligned(res_mnl, batch: int) -> bool:
     """:func:`residual_rule` for a residual view (M, N, L) (torch, unit stride along N)."""
     size = res_mnl.element_size()

@@ -260,12 +260,12 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
 def _residual_broadcast(residual: Operand, a: Operand, m, sizes: Sizes) -> bool:
     """A residual repeated over rows (row stride 0, M > 1) or over the batch (2-D under a batched
     GEMM, or batch stride 0): the eager op would compute it on a copy, so it is not fused."""
-    batched = a.dim == 3 and not sizes.equals(a.shape[0], 1)
-    if sizes.equals(residual.stride[-2], 0) and not sizes.equals(m, 1):
-        return True
-    if batched and (residual.dim == 2 or sizes.equals(residual.stride[0], 0)):
-        return True
-    return False
+    from ..epilogue import residual_broadcast
+
+    return residual_broadcast(rows=m, row_stride=residual.stride[-2],
+                              batched=a.dim == 3 and not sizes.equals(a.shape[0], 1),
+                              batch_stride=residual.stride[0] if residual.dim == 3 else None,
+                              is_zero=lambda x: sizes.equals(x, 0), is_one=lambda x: sizes.equals(x, 1))
 
 
 def _residual_aligned(residual: Operand, gemm_dim: int, sizes: Sizes) -> bool:

@@ -92,3 +92,17 @@ def test_descriptor_strides_of_unit_extents_are_aligned_and_unambiguous(shape, s
     assert lead == 1 and all(s % 8 == 0 and s > 0 for s in others)
     if shape[1] > 1 and shape[2] > 1:
         assert (sr, sc) == strides[1:]  # real strides are kept
+
+
+def test_one_residual_broadcast_rule_for_eager_and_inductor():
+    """epilogue.residual_broadcast: rows repeated (row stride 0, M > 1) or batches repeated (a 2-D
+    residual or batch stride 0 under a batched GEMM); the eager API copies such a residual, Inductor
+    does not fuse it (both call this one rule)."""
+    from cutedsl_backend.epilogue import residual_broadcast
+
+    assert residual_broadcast(rows=64, row_stride=0, batched=False, batch_stride=None)
+    assert not residual_broadcast(rows=1, row_stride=0, batched=False, batch_stride=None)  # one row: no repeat
+    assert residual_broadcast(rows=64, row_stride=128, batched=True, batch_stride=None)  # 2-D under a batch
+    assert residual_broadcast(rows=64, row_stride=128, batched=True, batch_stride=0)
+    assert not residual_broadcast(rows=64, row_stride=128, batched=True, batch_stride=8192)
+    assert not residual_broadcast(rows=64, row_stride=128, batched=False, batch_stride=0)
