@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     bi.add_argument("--json")
     ss = sub.add_parser("sweep-shapes", help="model projections x the whole M range vs the peer (the perf gate)")
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
-    ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise")
+    ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise,gated_silu")
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
     sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
                         "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")

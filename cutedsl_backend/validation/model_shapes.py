@@ -50,7 +50,9 @@ M_STANDARD = (1, 4, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096)
 M_QUICK = (1, 16, 128, 192, 4096)
 
 # dtypes the sweep runs: 16-bit GEMMs against torch.matmul (cuBLAS), fp8 against torch._scaled_mm
-SWEEP_DTYPES = ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
+# gated_silu: the gated MLP in one GEMM (gemm_gated on the gate_up projections, N = 2 x intermediate)
+# against cuBLAS on the concatenated weight + torch's silu(g) * u
+SWEEP_DTYPES = ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise", "gated_silu")
 # the largest problem a tag times (FLOPs; the sweep's time budget): larger cells are not in it
 MAX_FLOPS = {"quick": 2e12, "standard": 4e12, "full": 2e13}
 
@@ -78,10 +80,12 @@ def sweep_cells(tag: str, dtypes=SWEEP_DTYPES) -> list:
         shapes, ms = unique_shapes(MODEL_PROJECTIONS), tuple(sorted(M_ALL + M_ODD))
     else:
         raise ValueError(f"tag {tag!r}: quick, standard or full")
-    return [(d, p, m) for d in dtypes for p in shapes for m in ms if 2 * m * p.n * p.k <= MAX_FLOPS[tag]]
+    return [(d, p, m) for d in dtypes for p in shapes for m in ms if 2 * m * p.n * p.k <= MAX_FLOPS[tag]
+            and (not d.startswith("gated") or "gate_up" in p.name)]
 
 
 def operand_bytes(m: int, n: int, k: int, dtype: str) -> int:
     """Bytes a GEMM must move at least once: A, B (the weights) and the output (bf16 for fp8)."""
     in_bytes = 1 if dtype.startswith("fp8") else 2
-    return (m * k + n * k) * in_bytes + m * n * 2
+    out_bytes = m * n if dtype.startswith("gated") else m * n * 2  # gated: N / 2 output columns
+    return (m * k + n * k) * in_bytes + out_bytes

@@ -2,8 +2,9 @@
 
 Each cell (dtype, projection, M) is first checked for correctness (fresh random inputs from a seed
 derived from the cell, output poisoned with NaN, the tolerance policy against a float64
-reference), then timed: ours and the peer (``torch.matmul`` = cuBLAS for 16-bit, ``torch._scaled_mm``
-for fp8) alternate in three rounds, each side replayed from a CUDA graph (device time, no host
+reference), then timed: ours and the peer (``torch.matmul`` = cuBLAS for 16-bit,
+``torch._scaled_mm`` for fp8, cuBLAS on the concatenated weight + torch's ``silu(g) * u`` for the
+gated MLP) alternate in three rounds, each side replayed from a CUDA graph (device time, no host
 cost), the ratio is the median of the per-round ratios. A cell passes when its output is correct
 and its ratio is at least ``MIN_CELL_RATIO``; the sweep passes when every cell does.
 """
@@ -85,6 +86,22 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int):
     import cutedsl_backend as cb
 
     g = torch.Generator(device="cuda").manual_seed(seed)
+    if dtype.startswith("gated"):
+        # the gate_up projection: N = 2 x intermediate rows, gate first; the output is N / 2 wide
+        half = n // 2
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        w = (torch.randn(n, k, device="cuda", generator=g) * k ** -0.5).to(torch.bfloat16)
+        out = torch.empty(m, half, device="cuda", dtype=torch.bfloat16)
+        h = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        peer_out = torch.empty_like(out)
+
+        def peer():
+            torch.matmul(a, w.t(), out=h)
+            torch.mul(torch.nn.functional.silu(h[:, :half]), h[:, half:], out=peer_out)
+
+        g64 = a.double() @ w[:half].double().t()
+        ref = torch.nn.functional.silu(g64) * (a.double() @ w[half:].double().t())
+        return (lambda: cb.gemm_gated(a, w_gate_up=w, out=out), peer, ref, out, "bfloat16")
     if not dtype.startswith("fp8"):
         dt = getattr(torch, dtype)
         a = torch.randn(m, k, device="cuda", generator=g).to(dt)
@@ -123,7 +140,10 @@ def run_cell(dtype: str, proj, m: int) -> dict:
         out.fill_(float("nan"))
         ours()
         torch.cuda.synchronize()
-        check = compare_fp8(out, ref, out_dtype, k) if dtype.startswith("fp8") else compare(out, ref, out_dtype, k)
+        if dtype.startswith("fp8"):
+            check = compare_fp8(out, ref, out_dtype, k)
+        else:
+            check = compare(out, ref, out_dtype, k, activation="silu" if dtype.startswith("gated") else None)
         del ref
         row["correct"] = bool(check["ok"])
         row["rel_l2"] = check["rel_l2"]
@@ -150,6 +170,11 @@ def _config_name(dtype: str, m: int, n: int, k: int) -> str:
     from ..configs import default_config
     from ..problem import make_problem
 
+    if dtype.startswith("gated"):
+        from ..epilogue import EpilogueSpec
+
+        p = make_problem(m, n, k, dtype="bfloat16", b_major="k")
+        return default_config(p, epilogue=EpilogueSpec(gated="silu")).name
     if dtype.startswith("fp8"):
         p = make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
     else:

@@ -134,3 +134,16 @@ def test_merged_report_lists_archs_and_fails_on_an_expected_one_missing(tmp_path
     assert merged["summary"]["architectures"]["sm100a"]["why_not_run"] == "not run: needs sm100 GPU"
     md = (tmp_path / "m2" / "summary.md").read_text()
     assert "GPU required but not run for: sm100a" in md and "| sm100a | 0 | 0 | 1 | not run: needs sm100 GPU |" in md
+
+
+def test_the_gated_mlp_sweep_covers_the_gate_up_projections():
+    """gated_silu cells: the models' gate_up projections only (N = 2 x intermediate), whose output
+    is N / 2 wide (half the output bytes), with a gated config named for the report."""
+    from cutedsl_backend.validation.model_shapes import operand_bytes, sweep_cells
+    from cutedsl_backend.validation.shape_sweep import _config_name
+
+    cells = [c for c in sweep_cells("standard") if c[0] == "gated_silu"]
+    assert cells and all("gate_up" in proj.name for _, proj, _ in cells)
+    assert {proj.model for _, proj, _ in cells} >= {"llama3-8b", "qwen2.5-7b", "deepseek-v3"}
+    assert operand_bytes(16, 28672, 4096, "gated_silu") == operand_bytes(16, 28672, 4096, "bfloat16") - 16 * 28672
+    assert _config_name("gated_silu", 16, 28672, 4096).startswith("sm90a_")
