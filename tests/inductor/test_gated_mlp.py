@@ -93,3 +93,19 @@ def test_concatenated_gate_up_weight_is_offered_and_matches_eager(inductor, feed
         ref = model(x)
     assert [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm_gated_")], feedback.rounds
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+
+
+def test_dynamic_token_count_offers_the_per_call_dispatcher(inductor, feedback):
+    """A symbolic M: one gated choice, the per-call dispatcher (the eager API's config choice from
+    each call's shape), and the compiled module serves other token counts."""
+    import cutedsl_backend.inductor as cbi
+
+    cbi.enable(device_arch=as_sm90a, gated_mlp=True)
+    model = GatedMLP(ACTS["silu"]).to(torch.bfloat16)
+    fn = torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=True)
+    with torch.no_grad():
+        for m in (24, 40):
+            x = torch.randn(m, 64, dtype=torch.bfloat16)
+            torch.testing.assert_close(fn(x), model(x), rtol=2e-2, atol=2e-2)
+    kernels = [d for name, d in feedback.ours("cutedsl_fused_gemm_gated") if name.startswith("cutedsl_gemm_gated_")]
+    assert kernels == ["cutedsl gated dispatch"], feedback.rounds
