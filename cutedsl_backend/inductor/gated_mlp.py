@@ -306,8 +306,8 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
         caller = choice.bind(inputs, layout, **kwargs, kernel_config=pick)
         caller.description = f"cutedsl gated {pick}"
         ours.append(caller)
-    for cfg in ([] if dynamic else configs):
-        compiler.precompile_async(problem, cfg, spec)
+    for bucket_problem, cfg in (_dispatch_buckets(problem, spec) if dynamic else [(problem, c) for c in configs]):
+        compiler.precompile_async(bucket_problem, cfg, spec)
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(ref),
         description="unfused GEMMs + activation * up")
@@ -316,6 +316,24 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         return _inline_unfused(ref, args, name, gm=unfused.gm)
     return node
+
+
+def _dispatch_buckets(problem, spec) -> list:
+    """(problem, config) of each config the per-call dispatcher picks over the token range (as
+    eligibility.Offer.dispatch_buckets): compiled ahead of the first calls."""
+    import dataclasses
+
+    from ..configs import default_config
+    from .eligibility import DISPATCH_BUCKETS_M
+
+    picks: dict = {}
+    for m in DISPATCH_BUCKETS_M:
+        p = dataclasses.replace(problem, m=m)
+        try:
+            picks.setdefault(default_config(p, epilogue=spec), p)
+        except UnsupportedGemmError:
+            continue
+    return [(p, cfg) for cfg, p in picks.items()]
 
 
 def _reference_fn(activation, a, w_gate, w_up):
