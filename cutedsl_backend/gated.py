@@ -10,6 +10,7 @@ argument structs filled directly (ArgPack; the up weights follow the stream in i
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Optional
 
 import torch
@@ -19,7 +20,9 @@ from .configs import GemmConfig, split_k_workspace
 from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
 from .operands import as_rcl, check_no_alias, check_out, max_clusters, prepare, rcl, tma_writable
 from .plan import PLANS, raw_stream
-from .problem import UnsupportedGemmError, byte_span, dtype_name
+from .problem import UnsupportedGemmError, byte_span, dtype_name, has_zero_stride, overlaps_itself
+
+log = logging.getLogger("cutedsl_backend.ops")
 
 
 def _weights(w_gate, w_up, w_gate_up):
@@ -101,6 +104,9 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
             raise UnsupportedGemmError("autograd: takes the two-weight form without out= (as in torch)")
         return GatedFunction.apply(a, gate, up, bias_gate, bias_up, activation, config)
     a2 = a.reshape(-1, a.shape[-1])
+    # zero strides or overlapping elements: TMA cannot describe them, and the plan reads the
+    # caller's pointers: computed on packed copies (as the eager gemm does)
+    a2, gate, up = (_packed(what, t) for what, t in (("a", a2), ("w_gate", gate), ("w_up", up)))
     geo = (a2.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
            activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up),
            None if out is None else (out.shape, out.stride(), out.dtype, out.device))
@@ -114,6 +120,13 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
         plans[key] = plan
     bias = None if plan.spec.bias is None else _bias(bias_gate, bias_up, bias_gate_up, plan.n, a.dtype, a.device)
     return plan.run(a2, gate, up, bias, out)
+
+
+def _packed(what: str, t: torch.Tensor) -> torch.Tensor:
+    if has_zero_stride(t.shape, t.stride()) or overlaps_itself(t.shape, t.stride()):
+        log.info("%s: strides %s alias elements: computing on a packed copy", what, tuple(t.stride()))
+        return t.contiguous()
+    return t
 
 
 def _geo(t):

@@ -155,3 +155,16 @@ def test_the_custom_op_has_the_same_gradients():
         out.append([t.grad for t in leaves])
     for eager, op in zip(*out):
         assert torch.equal(eager, op)
+
+
+def test_expanded_activations_are_computed_on_a_copy():
+    """An activation row broadcast over M (a zero stride: TMA cannot describe it) is computed on a
+    packed copy, and a later call of the same geometry with other data reads that call's data."""
+    k, n = 264, 136
+    _, wg, wu = operands(8, n, k, torch.bfloat16, SEED + 80)
+    for seed in (SEED + 81, SEED + 82):
+        row = torch.randn(1, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+        a = row.to(torch.bfloat16).expand(48, k)
+        out = cb.gemm_gated(a, wg, wu)
+        c = compare(out, reference(a, wg, wu, "silu"), "bfloat16", k, activation="silu")
+        assert c["ok"], (seed, c)
