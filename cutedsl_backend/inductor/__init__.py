@@ -103,9 +103,7 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         lowering.register()
         from .choices import register_all
         from .gated_mlp import extern_choice
-        from .gated_mlp import register as register_gated
 
-        register_gated()
         register_all()
         extern_choice()
         from .decisions import install_feedback_saver

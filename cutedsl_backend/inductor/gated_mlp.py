@@ -338,15 +338,3 @@ def _dispatch_buckets(problem, spec) -> list:
 
 def _reference_fn(activation, a, w_gate, w_up):
     return reference(a, w_gate, w_up, activation=activation)
-
-
-_REGISTERED: dict = {}
-
-
-def register() -> None:
-    """Install the gated op's lowering (our op: nothing of torch's is replaced)."""
-    from torch._inductor.lowering import lowerings, register_lowering
-
-    if "fn" not in _REGISTERED or lowerings.get(GATED_OP) is not _REGISTERED["fn"]:
-        register_lowering(GATED_OP, type_promotion_kind=None)(lower)
-        _REGISTERED["fn"] = lowerings[GATED_OP]

@@ -1,4 +1,5 @@
-"""Lowering of our fused ops (``torch.ops.cutedsl.gemm_ab*``): autotune, then keep the winner.
+"""Lowering of our fused ops (``torch.ops.cutedsl.gemm_ab*``; the gated op's is in gated_mlp.py and is
+installed here too): autotune, then keep the winner.
 
 The fusion pass replaces ``GEMM -> bias -> residual -> activation -> cast`` chains by one of our
 ops with ``kernel_config=''``. Its lowering benchmarks, in one ``autotune_select_algorithm``:
@@ -51,11 +52,14 @@ def register() -> None:
     before (Inductor's automatic fallback, once it met the op) comes back with unregister()."""
     from torch._inductor.lowering import lowerings, register_lowering
 
-    for kind in ops.SIGNATURES:
-        overload = ops.overload(*kind)
+    from .gated_mlp import GATED_OP
+    from .gated_mlp import lower as lower_gated
+
+    ours = [(ops.overload(*kind), functools.partial(_lower, kind)) for kind in ops.SIGNATURES]
+    for overload, fn in ours + [(GATED_OP, lower_gated)]:
         if overload not in _REGISTERED:
             before = lowerings.get(overload)
-            register_lowering(overload, type_promotion_kind=None)(functools.partial(_lower, kind))
+            register_lowering(overload, type_promotion_kind=None)(fn)
             _REGISTERED[overload] = lowerings[overload]
             if before is not None:
                 lowerings[overload] = before
