@@ -18,7 +18,7 @@ import torch
 from .compiler import get_kernel
 from .configs import GemmConfig, split_k_workspace
 from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
-from .operands import as_rcl, check_no_alias, check_out, max_clusters, prepare, rcl, tma_writable
+from .operands import as_rcl, check_no_alias, check_out, max_clusters, memory_ranges, prepare, rcl, tma_writable
 from .plan import PLANS, raw_stream
 from .problem import UnsupportedGemmError, byte_span, dtype_name, has_zero_stride, overlaps_itself
 
@@ -62,7 +62,8 @@ def _bias(bias_gate, bias_up, bias_gate_up, n: int, dtype, device):
             raise UnsupportedGemmError(f"{what}: must be on {device} with dtype {dtype} or float32, got {b.dtype}")
     if bias_gate_up is not None:
         return bias_gate_up.contiguous()
-    bias_dtype = (bias_gate if bias_gate is not None else bias_up).dtype
+    given = {b.dtype for b in (bias_gate, bias_up) if b is not None}
+    bias_dtype = given.pop() if len(given) == 1 else torch.float32  # mixed: fp32 keeps both exact
     halves = [b.to(bias_dtype) if b is not None else torch.zeros(n, dtype=bias_dtype, device=device)
               for b in (bias_gate, bias_up)]
     return torch.cat(halves)
@@ -103,11 +104,14 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
         if out is not None or w_gate_up is not None or bias_gate_up is not None:
             raise UnsupportedGemmError("autograd: takes the two-weight form without out= (as in torch)")
         return GatedFunction.apply(a, gate, up, bias_gate, bias_up, activation, config)
+    if not a.shape[-1] or not gate.shape[0]:
+        return _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out)
     a2 = a.reshape(-1, a.shape[-1])
     # zero strides or overlapping elements: TMA cannot describe them, and the plan reads the
     # caller's pointers: computed on packed copies (as the eager gemm does)
     a2, gate, up = (_packed(what, t) for what, t in (("a", a2), ("w_gate", gate), ("w_up", up)))
-    geo = (a2.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
+    geo = (a.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
+           gate.device, up.device,
            activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up),
            None if out is None else (out.shape, out.stride(), out.dtype, out.device))
     plans = PLANS.of_thread()
@@ -119,7 +123,31 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
             plans.clear()
         plans[key] = plan
     bias = None if plan.spec.bias is None else _bias(bias_gate, bias_up, bias_gate_up, plan.n, a.dtype, a.device)
+    if out is not None:  # the epilogue reads the bias while out is written: they must not share memory
+        names = [w for w, t in (("bias_gate", bias_gate), ("bias_up", bias_up), ("bias_gate_up", bias_gate_up))
+                 if t is not None]
+        tensors = [t for t in (bias_gate, bias_up, bias_gate_up) if t is not None]
+        check_no_alias(memory_ranges(out)[0], zip(names, memory_ranges(*tensors)))
     return plan.run(a2, gate, up, bias, out)
+
+
+def _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out):
+    """K == 0 (both GEMMs are exactly zero: the result is act(b_gate) * b_up) or N == 0 (empty)."""
+    from .epilogue import torch_activation
+
+    n = gate.shape[0]
+    if gate.shape[-1] != a.shape[-1] or up.shape != gate.shape:
+        raise UnsupportedGemmError(f"shape: a {tuple(a.shape)}, w_gate {tuple(gate.shape)}, w_up {tuple(up.shape)}")
+    result_shape = (*a.shape[:-1], n)
+    bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
+    zeros = torch.zeros(n, dtype=torch.float32, device=a.device)
+    g, u = (zeros, zeros) if bias is None else (bias[:n].float(), bias[n:].float())
+    val = (torch_activation(activation)(g) * u).to(a.dtype).expand(result_shape)
+    if out is None:
+        return val.contiguous()
+    if tuple(out.shape) != result_shape or out.dtype != a.dtype:
+        raise UnsupportedGemmError(f"out: must be {result_shape} {a.dtype}, got {tuple(out.shape)} {out.dtype}")
+    return out.copy_(val)
 
 
 def _packed(what: str, t: torch.Tensor) -> torch.Tensor:

@@ -168,3 +168,13 @@ def test_expanded_activations_are_computed_on_a_copy():
         out = cb.gemm_gated(a, wg, wu)
         c = compare(out, reference(a, wg, wu, "silu"), "bfloat16", k, activation="silu")
         assert c["ok"], (seed, c)
+
+
+def test_leading_dims_of_the_same_row_count_get_their_own_result_shape():
+    """(2, 8, K), (4, 4, K) and (16, K): 16 rows each, each result shaped like its input (the plan
+    is keyed on the input's shape, not only its folded rows)."""
+    a, wg, wu = operands(16, 136, 264, torch.bfloat16, SEED + 90)
+    flat = cb.gemm_gated(a, wg, wu)
+    for shape in ((2, 8, 264), (4, 4, 264), (16, 264)):
+        got = cb.gemm_gated(a.view(shape), wg, wu)
+        assert got.shape == (*shape[:-1], 136) and torch.equal(got.reshape(16, 136), flat)

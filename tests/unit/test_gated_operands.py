@@ -40,3 +40,30 @@ def test_bias_forms_and_layout():
         _bias(bg[:8], None, None, n, torch.bfloat16, dev)
     with pytest.raises(UnsupportedGemmError, match="dtype"):
         _bias(bg.half(), None, None, n, torch.bfloat16, dev)
+
+
+def test_mixed_bias_dtypes_are_kept_exact():
+    bg, bu = torch.randn(16, dtype=torch.bfloat16), torch.randn(16)
+    both = _bias(bg, bu, None, 16, torch.bfloat16, torch.device("cpu"))
+    assert both.dtype == torch.float32 and torch.equal(both[16:], bu)
+
+
+def test_k0_is_the_activation_of_the_biases_and_n0_is_empty():
+    """K = 0: both GEMMs are exactly zero, the result act(b_gate) * b_up per column (no kernel, so
+    this runs anywhere); N = 0: an empty result of the right shape."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.epilogue import torch_activation
+
+    a = torch.randn(3, 5, 0, dtype=torch.bfloat16)
+    wg, wu = torch.randn(16, 0, dtype=torch.bfloat16), torch.randn(16, 0, dtype=torch.bfloat16)
+    bg, bu = torch.randn(16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16)
+    got = cb.gemm_gated(a, wg, wu, activation="gelu_tanh", bias_gate=bg, bias_up=bu)
+    want = (torch_activation("gelu_tanh")(bg.float()) * bu.float()).to(torch.bfloat16).expand(3, 5, 16)
+    assert got.shape == (3, 5, 16) and torch.equal(got, want)
+    assert not cb.gemm_gated(a, wg, wu).any()  # no bias: act(0) * 0
+    out = torch.full((3, 5, 16), float("nan"), dtype=torch.bfloat16)
+    assert cb.gemm_gated(a, wg, wu, bias_gate=bg, bias_up=bu, activation="gelu_tanh", out=out) is out
+    assert torch.equal(out, want)
+    empty = cb.gemm_gated(torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(0, 8, dtype=torch.bfloat16),
+                          torch.randn(0, 8, dtype=torch.bfloat16))
+    assert empty.shape == (4, 0)
