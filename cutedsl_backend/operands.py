@@ -11,6 +11,7 @@ import logging
 import torch
 
 from .configs import GemmConfig
+from .epilogue import residual_broadcast
 from .problem import (
     VECTOR_ALIGN_BYTES,
     GemmProblem,
@@ -275,11 +276,8 @@ def residual_view(residual):
     """(L, M, N) -> the (M, N, L) view the kernel reads: unit stride along N, no zero stride on an
     extent above one (a broadcast over rows or batches; else a copy, logged: the kernel's gathered
     residual reads only distinct rows and batches correctly)."""
-    from .epilogue import residual_broadcast
-
-    broadcast = residual_broadcast(rows=residual.shape[1], row_stride=residual.stride(1),
-                                   batched=residual.shape[0] > 1, batch_stride=residual.stride(0))
-    if (residual.stride(2) != 1 and residual.shape[2] > 1) or broadcast:
+    (sl, sm, sn), (L, M, N) = residual.stride(), residual.shape
+    if (sn != 1 and N > 1) or residual_broadcast(rows=M, row_stride=sm, batched=L > 1, batch_stride=sl):
         if residual.stride(2) == 1:
             log.info("residual: strides %s broadcast rows or batches: computing on a packed copy",
                      tuple(residual.stride()))

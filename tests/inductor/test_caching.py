@@ -216,7 +216,7 @@ def loader(monkeypatch):
     import threading
     from concurrent.futures import Future
 
-    from cutedsl_backend import background, compiler
+    from cutedsl_backend import background, compiler, disk_cache
     from cutedsl_backend.configs import quick_configs
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.problem import make_problem
@@ -224,7 +224,7 @@ def loader(monkeypatch):
     for name in ("memory", "fast", "pending", "loads"):
         monkeypatch.setattr(compiler.STORE, name, {})
     monkeypatch.setattr(compiler.STORE, "stats", dict.fromkeys(compiler.STORE.stats, 0))
-    monkeypatch.setattr(background, "driver_available", lambda: True)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
     loads = []
 
     def fake_load(problem, which):
@@ -242,7 +242,7 @@ def loader(monkeypatch):
     env = Env()
     env.compiler, env.bg, env.problem, env.which, env.spec, env.loads, env.Future = (
         compiler, background, problem, which, spec, loads, Future)
-    env.cfg, env.key = which.config, which.digest
+    env.cfg, env.key, env.disk_cache = which.config, which.digest, disk_cache
     yield env
     # the loader thread outlives the test: let what the test queued finish under its stand-ins
     background._loader().submit(lambda: None).result(timeout=60)
@@ -297,7 +297,7 @@ def test_get_kernel_does_not_queue_behind_other_loads(loader):
 def test_no_loader_without_a_driver(loader, monkeypatch):
     """Without a CUDA driver nothing can be loaded: no loader thread, no runtime start."""
     c = loader.compiler
-    monkeypatch.setattr(loader.bg, "driver_available", lambda: False)
+    monkeypatch.setattr(loader.disk_cache, "driver_available", lambda: False)
     assert c.preload_async(loader.problem, loader.which) is None
     assert c.warm_runtime_async() is None and c.STORE.loads == {}
 

@@ -109,9 +109,9 @@ def test_context_manager_and_bad_options(clean):
 def test_enable_does_not_start_the_dsl_runtime(clean, monkeypatch):
     """The compiling process's DSL start-up waits for the first kernel offered (a compile that
     needs none of ours pays nothing), not enable()."""
-    from cutedsl_backend import background, compiler
+    from cutedsl_backend import background, compiler, disk_cache
 
-    monkeypatch.setattr(background, "driver_available", lambda: True)
+    monkeypatch.setattr(disk_cache, "driver_available", lambda: True)
     monkeypatch.setattr(background, "_start_runtime", lambda: None)
     monkeypatch.setattr(compiler.STORE, "runtime_start", None)
     monkeypatch.setenv("CUTEDSL_PRECOMPILE_WORKERS", "0")
