@@ -10,7 +10,6 @@ argument structs filled directly (ArgPack; the up weights follow the stream in i
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Optional
 
 import torch
@@ -18,11 +17,19 @@ import torch
 from .compiler import get_kernel
 from .configs import GemmConfig, split_k_workspace
 from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
-from .operands import as_rcl, check_no_alias, check_out, max_clusters, memory_ranges, prepare, rcl, tma_writable
+from .operands import (
+    as_rcl,
+    check_no_alias,
+    check_out,
+    descriptor,
+    max_clusters,
+    memory_ranges,
+    prepare,
+    readable_by_tma,
+    tma_writable,
+)
 from .plan import PLANS, raw_stream
-from .problem import UnsupportedGemmError, byte_span, dtype_name, has_zero_stride, overlaps_itself
-
-log = logging.getLogger("cutedsl_backend.ops")
+from .problem import UnsupportedGemmError, byte_span, dtype_name
 
 
 def _weights(w_gate, w_up, w_gate_up):
@@ -109,7 +116,7 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     a2 = a.reshape(-1, a.shape[-1])
     # zero strides or overlapping elements: TMA cannot describe them, and the plan reads the
     # caller's pointers: computed on packed copies (as the eager gemm does)
-    a2, gate, up = (_packed(what, t) for what, t in (("a", a2), ("w_gate", gate), ("w_up", up)))
+    a2, gate, up = (readable_by_tma(what, t) for what, t in (("a", a2), ("w_gate", gate), ("w_up", up)))
     geo = (a.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
            gate.device, up.device,
            activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up),
@@ -148,13 +155,6 @@ def _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out):
     if tuple(out.shape) != result_shape or out.dtype != a.dtype:
         raise UnsupportedGemmError(f"out: must be {result_shape} {a.dtype}, got {tuple(out.shape)} {out.dtype}")
     return out.copy_(val)
-
-
-def _packed(what: str, t: torch.Tensor) -> torch.Tensor:
-    if has_zero_stride(t.shape, t.stride()) or overlaps_itself(t.shape, t.stride()):
-        log.info("%s: strides %s alias elements: computing on a packed copy", what, tuple(t.stride()))
-        return t.contiguous()
-    return t
 
 
 def _geo(t):
@@ -198,23 +198,17 @@ class _GatedPlan:
         cfg = kernel.config
         self.index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         align = 16 // a.element_size()
-        descs = [self._desc(a3, self.a_major == "k", align), self._desc(gate.unsqueeze(0), True, align),
-                 self._desc(out3, True, align)]
+        descs = [descriptor(a3, self.a_major == "k", align), descriptor(gate.unsqueeze(0), True, align),
+                 descriptor(out3, True, align)]
         if bias is not None:
             descs.append(((2 * n,), ()))
         self.split_sizes = split_k_workspace(self.gemm_problem, cfg) if cfg.splits > 1 else (0, 0)
         if cfg.splits > 1:
             descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
         self.pack = kernel.arg_pack(descs, max_clusters(self.index, cfg.cluster_m * cfg.cluster_n),
-                                    tail=(self._desc(up.unsqueeze(0), True, align),))
+                                    tail=(descriptor(up.unsqueeze(0), True, align),))
         self.in_spans = tuple(byte_span(t.shape, t.stride(), t.element_size()) for t in (a2, gate, up))
         self.out_span = None if out is None else byte_span(out3.shape, out3.stride(), out3.element_size())
-
-    @staticmethod
-    def _desc(t, cols_contiguous: bool, align: int):
-        _, shape, strides = rcl(t, cols_contiguous, align)
-        unit = 1 if cols_contiguous else 0
-        return shape, tuple(s for i, s in enumerate(strides) if i != unit)
 
     def run(self, a2, gate, up, bias, out):
         fresh = out is None

@@ -169,6 +169,14 @@ def rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
     return t.data_ptr(), (R, C, L), (sr, sc, sl)
 
 
+def descriptor(t: torch.Tensor, cols_contiguous: bool, align: int) -> tuple:
+    """(shape, dynamic strides) of ``t``'s (R, C, L) view as the kernel's argument struct holds it
+    (the unit stride is static in the compiled kernel)."""
+    _, shape, strides = rcl(t, cols_contiguous, align)
+    unit = 1 if cols_contiguous else 0
+    return shape, tuple(s for i, s in enumerate(strides) if i != unit)
+
+
 def kernel_views(problem: GemmProblem, a3, bt, out3):
     """The (M,K,L), (N,K,L), (M,N,L) torch views the compiled function takes."""
     in_align = 16 // a3.element_size()

@@ -18,12 +18,12 @@ from .operands import (
     check_no_alias,
     check_out,
     check_vector_alignment,
+    descriptor,
     epilogue_views,
     kernel_views,
     max_clusters,
     memory_ranges,
     prepare,
-    rcl,
     result_shape,
     tma_writable,
 )
@@ -67,12 +67,8 @@ class Plan:
             self.stage_shape = (L, M, pad)
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
-        units = (1 if problem.a_major == "k" else 0, 1 if problem.b_major == "k" else 0, 1)
-        descs = []
-        for unit, (_, shape, strides) in zip(units, (
-                rcl(a3, problem.a_major == "k", in_align), rcl(bt, problem.b_major == "k", in_align),
-                rcl(out3, True, 16 // out3.element_size()))):
-            descs.append((shape, tuple(s for i, s in enumerate(strides) if i != unit)))
+        descs = [descriptor(a3, problem.a_major == "k", in_align), descriptor(bt, problem.b_major == "k", in_align),
+                 descriptor(out3, True, 16 // out3.element_size())]
         descs += epi.descs()
         cfg = kernel.config
         # split-K: the workspace's sizes (fixed by the geometry); its buffers are per stream

@@ -23,10 +23,11 @@ from torch.fx import Graph, Node
 
 from ..epilogue import GATED_ACTIVATIONS, EpilogueSpec, torch_activation
 from ..problem import UnsupportedGemmError, dtype_name
+from .fusion import _VIEWS, _only_user, _val, match_activation
+from .ops import config_for_call
 
 log = logging.getLogger("cutedsl_backend.inductor")
 aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 # ---------------------------------------------------------------------------- the op
 
@@ -36,13 +37,9 @@ _LIB.define("gemm_gated_ab(Tensor a, Tensor w_gate, Tensor w_up, *, str activati
 
 
 def _impl(a, w_gate, w_up, *, activation, kernel_config=""):
-    from ..configs import GemmConfig
     from ..gated import gemm_gated
-    from .eligibility import DISPATCH
 
-    config = GemmConfig.from_name(kernel_config) if kernel_config and kernel_config != DISPATCH else None
-    if config is not None and config.a_rows and a.numel() // max(1, a.shape[-1]) > config.a_rows:
-        config = config.replace(a_rows=0)  # chosen at the hint; a dynamic M may have more rows
+    config = config_for_call(kernel_config, a.numel() // max(1, a.shape[-1]))
     return gemm_gated(a, w_gate, w_up, activation=activation, config=config)
 
 
@@ -62,15 +59,6 @@ def reference(a, w_gate, w_up, *, activation, kernel_config=""):
 
 
 # ---------------------------------------------------------------------------- the pattern
-
-def _val(n):
-    return n.meta.get("val") if isinstance(n, Node) else None
-
-
-def _only_user(n: Node) -> Optional[Node]:
-    users = list(n.users)
-    return users[0] if len(users) == 1 else None
-
 
 def _linear(mm: Node):
     """(input, weight) of ``mm(x, permute(w, [1, 0]))`` (nn.Linear without bias), else None."""
@@ -128,8 +116,6 @@ def _split_halves(up_side: Node):
 def match_gated(mul: Node) -> Optional[dict]:
     """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, activation, view, nodes},
     else None."""
-    from .fusion import match_activation
-
     if mul.op != "call_function" or mul.target is not aten.mul.Tensor or len(mul.args) != 2:
         return None
     for act_out, up_side in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
@@ -227,7 +213,7 @@ def offer(inputs, activation: str, device, sizes):
     from ..configs import rank_configs
     from ..problem import GemmProblem
     from .choices import device_arch
-    from .eligibility import num_sms, operand_from_ir
+    from .eligibility import _check_aligned, _major, num_sms, operand_from_ir
     from .state import STATE
 
     a, wg, wu = (operand_from_ir(x) for x in inputs)
@@ -237,23 +223,15 @@ def offer(inputs, activation: str, device, sizes):
     if dt not in ("bfloat16", "float16") or wg.dtype != a.dtype or wu.dtype != a.dtype:
         raise UnsupportedGemmError(f"dtype: 16-bit operands of one dtype, got {a.dtype}, {wg.dtype}, {wu.dtype}")
     for what, t in (("w_gate", wg), ("w_up", wu)):
-        if not sizes.equals(t.stride[1], 1) or not sizes.multiple_of(t.stride[0], 8) or not sizes.multiple_of(
-                t.offset, 8):
-            raise UnsupportedGemmError(f"layout: {what} must be K-contiguous with 16-byte aligned rows")
+        if _major(t, sizes, what, "k", "n") != "k":
+            raise UnsupportedGemmError(f"layout: {what} must be K-contiguous ((N, K) row-major)")
+        _check_aligned(t, sizes, what, 1)
     m, k = a.shape
     n = wg.shape[0]
-    if not sizes.multiple_of(n, 8) or not sizes.multiple_of(k, 8):
-        raise UnsupportedGemmError(f"alignment: N={n} and K={k} must be multiples of 8")
-    if sizes.equals(a.stride[1], 1):
-        a_major = "k"
-        lead = a.stride[0]
-    elif sizes.equals(a.stride[0], 1):
-        a_major = "m"
-        lead = a.stride[1]
-    else:
-        raise UnsupportedGemmError("layout: a needs a unit stride")
-    if not sizes.multiple_of(lead, 8) or not sizes.multiple_of(a.offset, 8):
-        raise UnsupportedGemmError("alignment: a's strides and offset must be 16-byte aligned")
+    if not sizes.multiple_of(n, 8):
+        raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
+    a_major = _major(a, sizes, "a", "k", "m")
+    _check_aligned(a, sizes, "a", 1 if a_major == "k" else 0)
     arch = device_arch(device)
     problem = GemmProblem(sizes.hint(m), 2 * sizes.hint(n), sizes.hint(k), 1, dt, dt, a_major, "k", arch,
                           packed=False)
@@ -273,7 +251,6 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
 
-    from .. import compiler
     from .choices import autotuning
     from .eligibility import DISPATCH, Sizes
     from .lowering import _inline, _inline_unfused, _select, _tracer
@@ -306,8 +283,10 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
         caller = choice.bind(inputs, layout, **kwargs, kernel_config=pick)
         caller.description = f"cutedsl gated {pick}"
         ours.append(caller)
-    for bucket_problem, cfg in (_dispatch_buckets(problem, spec) if dynamic else [(problem, c) for c in configs]):
-        compiler.precompile_async(bucket_problem, cfg, spec)
+    from .choices import precompile_offer
+    from .eligibility import Offer
+
+    precompile_offer(Offer(problem, spec, tuple(configs), dynamic=dynamic))
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(ref),
         description="unfused GEMMs + activation * up")
@@ -316,24 +295,6 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         return _inline_unfused(ref, args, name, gm=unfused.gm)
     return node
-
-
-def _dispatch_buckets(problem, spec) -> list:
-    """(problem, config) of each config the per-call dispatcher picks over the token range (as
-    eligibility.Offer.dispatch_buckets): compiled ahead of the first calls."""
-    import dataclasses
-
-    from ..configs import default_config
-    from .eligibility import DISPATCH_BUCKETS_M
-
-    picks: dict = {}
-    for m in DISPATCH_BUCKETS_M:
-        p = dataclasses.replace(problem, m=m)
-        try:
-            picks.setdefault(default_config(p, epilogue=spec), p)
-        except UnsupportedGemmError:
-            continue
-    return [(p, cfg) for cfg, p in picks.items()]
 
 
 def _reference_fn(activation, a, w_gate, w_up):

@@ -58,18 +58,22 @@ def _config(name: str) -> GemmConfig:
     return GemmConfig.from_name(name)
 
 
+def config_for_call(kernel_config: str, rows: int) -> Optional[GemmConfig]:
+    """The config a call of our op runs: the one its choice names, None for "" (not chosen yet)
+    and DISPATCH (the eager API's per-call choice from the runtime shape); short A loads dropped
+    where this call has more rows than they load (chosen at the hint, a dynamic M may exceed it)."""
+    config = _config(kernel_config) if kernel_config and kernel_config != DISPATCH else None
+    if config is not None and config.a_rows and rows > config.a_rows:
+        config = config.replace(a_rows=0)
+    return config
+
+
 def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, fast_accum, kernel_config):
     from .. import ops as eager
 
     scaled, has_bias, has_res = kind
     named = dict(zip(tensor_names(*kind)[2:], tensors))
-    # "" (not chosen yet) and DISPATCH: the eager API's per-call choice from the runtime shape
-    config = _config(kernel_config) if kernel_config and kernel_config != DISPATCH else None
-    if config is not None and config.a_rows:
-        # chosen at the autotune hint; under a dynamic M a call may have more rows than it loads
-        rows = a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1])
-        if rows > config.a_rows:
-            config = config.replace(a_rows=0)
+    config = config_for_call(kernel_config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
     bias = named.get("bias")
     if bias is not None:
         bias = normalize_bias(bias, a.shape[-2], b.shape[-1])

@@ -39,7 +39,7 @@ from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
-from .split_k import arrive, load_sum, store_partial, unit_k_range, work_unit
+from .split_k import SplitKUnits, arrive, load_sum, store_partial
 
 EPI_WARPS = (0, 1, 2, 3)
 MMA_WARP = 4
@@ -48,7 +48,7 @@ TMA_WARP = 5
 ACC_STAGES = SM100_ACC_STAGES
 
 
-class Sm100Gemm:
+class Sm100Gemm(SplitKUnits):
     """Same host signature as Sm90Gemm: (mA, mB, mC, mBias, mScaleA, mScaleB, mRes, alpha, beta,
     max_clusters, stream); ``cfg`` resolved (tile_k and stages set)."""
 
@@ -140,17 +140,6 @@ class Sm100Gemm:
         )
 
     # ---------------------------------------------------------------- device side
-    @cute.jit
-    def _unit(self, idx: Int32, tiles: Int32):
-        """Work unit -> (K slice, cluster tile) (split_k.work_unit)."""
-        return work_unit(idx, tiles, self.cfg.splits)
-
-    @cute.jit
-    def _k_range(self, split: Int32, k_tiles: Int32):
-        """(first k-tile, k-tiles) of a unit's K slice (split_k.unit_k_range; a method, so a
-        validation mutant can override it)."""
-        return unit_k_range(split, k_tiles, self.cfg.splits)
-
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor,
                tma_b: cute.CopyAtom, mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_tma: cute.Tensor,

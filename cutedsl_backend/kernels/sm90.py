@@ -47,7 +47,7 @@ from ..configs import (
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
-from .split_k import reduce_partials, unit_k_range, work_unit
+from .split_k import SplitKUnits, reduce_partials
 
 THREADS_PER_WG = 128
 PRODUCER_REGS = 40
@@ -78,7 +78,7 @@ def _retire_k_tile(ab_pipeline, release_state, acc, frag, pending: int):
     return release_state
 
 
-class Sm90Gemm:
+class Sm90Gemm(SplitKUnits):
     """One compiled-kernel template: ``cfg`` (resolved: tile_k and stages set) fixes the tiling.
 
     Call (under ``cute.compile``) with mA (M, K, L), mB (N, K, L), mC (M, N, L) and the number of
@@ -228,22 +228,6 @@ class Sm90Gemm:
             stage, cute.make_layout((self.out_tile_n, self.cfg.tile_k), stride=(1, self.cfg.tile_n)))
 
     # ---------------------------------------------------------------- device side
-    @cute.jit
-    def _unit(self, idx: Int32, tiles: Int32):
-        """Work unit -> (K slice, cluster tile) (split_k.work_unit)."""
-        return work_unit(idx, tiles, self.cfg.splits)
-
-    @cute.jit
-    def _k_range(self, split: Int32, k_tiles: Int32):
-        """(first k-tile, k-tiles) of a unit's K slice (split_k.unit_k_range; a method, so a
-        validation mutant can override it)."""
-        return unit_k_range(split, k_tiles, self.cfg.splits)
-
-    @cute.jit
-    def _unit_k_tiles(self, idx: Int32, tiles: Int32, k_tiles: Int32):
-        split, _ = self._unit(idx, tiles)
-        return self._k_range(split, k_tiles)[1]
-
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA_mkl: cute.Tensor, tma_b: cute.CopyAtom,
                mB_nkl: cute.Tensor, tma_c: cute.CopyAtom, mC_mnl: cute.Tensor,

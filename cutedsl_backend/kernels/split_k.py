@@ -125,3 +125,23 @@ def k_slice(split: Int32, k_tiles: Int32, splits: cutlass.Constexpr):
     begin = split * k_tiles // splits
     end = (split + 1) * k_tiles // splits
     return begin, end - begin
+
+
+class SplitKUnits:
+    """The work-unit methods both kernel families share (``self.cfg.splits`` K slices): methods, so
+    a validation mutant can override one (a wrong K range, a wrong slice offset)."""
+
+    @cute.jit
+    def _unit(self, idx: Int32, tiles: Int32):
+        """Work unit -> (K slice, cluster tile) (:func:`work_unit`)."""
+        return work_unit(idx, tiles, self.cfg.splits)
+
+    @cute.jit
+    def _k_range(self, split: Int32, k_tiles: Int32):
+        """(first k-tile, k-tiles) of a unit's K slice (:func:`unit_k_range`)."""
+        return unit_k_range(split, k_tiles, self.cfg.splits)
+
+    @cute.jit
+    def _unit_k_tiles(self, idx: Int32, tiles: Int32, k_tiles: Int32):
+        split, _ = self._unit(idx, tiles)
+        return self._k_range(split, k_tiles)[1]

@@ -242,6 +242,16 @@ def host_overhead_us(n_calls: int = 2000, rounds: int = 5, log=print) -> dict:
     return res
 
 
+def epilogue_operands(m: int, n: int, k: int, dtype: str) -> tuple:
+    """(a, b, bias, residual, out) for the fused-epilogue benchmarks and sweeps (randn, never zeros)."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    return (torch.randn(m, k, device="cuda").to(dt), torch.randn(k, n, device="cuda").to(dt),
+            torch.randn(n, device="cuda").to(dt), torch.randn(m, n, device="cuda").to(dt),
+            torch.empty(m, n, device="cuda", dtype=dt))
+
+
 def bench_epilogues(m=4096, n=14336, k=4096, dtype="bfloat16", log=print, with_compile=True,
                     rounds: int = 3) -> list:
     """Fused epilogues: ours vs our bare GEMM, cuBLASLt's fused bias+activation
@@ -258,12 +268,7 @@ def bench_epilogues(m=4096, n=14336, k=4096, dtype="bfloat16", log=print, with_c
 
     sampler = PowerSampler(torch.cuda.current_device())
 
-    dt = getattr(torch, dtype)
-    a = torch.randn(m, k, device="cuda").to(dt)
-    b = torch.randn(k, n, device="cuda").to(dt)
-    bias = torch.randn(n, device="cuda").to(dt)
-    res = torch.randn(m, n, device="cuda").to(dt)
-    out = torch.empty(m, n, device="cuda", dtype=dt)
+    a, b, bias, res, out = epilogue_operands(m, n, k, dtype)
     variants = {
         "bare": (dict(), lambda: torch.matmul(a, b), None),
         "bias+relu": (dict(bias=bias, activation="relu"), lambda: torch.relu(torch.matmul(a, b) + bias),

@@ -40,9 +40,12 @@ def sm90_mutants() -> dict:
             first, count = Sm90Gemm._k_range(self, split, k_tiles)
             return first, count - 1
 
-    class UnwrittenLastRow(Sm90Gemm):
-        """The output's M extent one row short (a tail predicate off by one): the last row is
-        never stored."""
+    class OperandMutant(Sm90Gemm):
+        """The kernel launched on operands a bug changed: ``mutate`` (trace time) returns
+        (mA, mC, mScaleA, mScaleB) as the buggy kernel would see them."""
+
+        def mutate(self, mA, mC, mScaleA, mScaleB):
+            return mA, mC, mScaleA, mScaleB
 
         @cute.jit
         def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
@@ -50,10 +53,18 @@ def sm90_mutants() -> dict:
                      mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                      mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
                      alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+            mA, mC, mScaleA, mScaleB = self.mutate(mA, mC, mScaleA, mScaleB)
+            Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream)
+
+    class UnwrittenLastRow(OperandMutant):
+        """The output's M extent one row short (a tail predicate off by one): the last row is
+        never stored."""
+
+        def mutate(self, mA, mC, mScaleA, mScaleB):
             shorter = cute.make_tensor(mC.iterator, cute.make_layout(
                 (mC.shape[0] - 1, mC.shape[1], mC.shape[2]), stride=mC.stride))
-            Sm90Gemm.__call__(self, mA, mB, shorter, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream)
+            return mA, shorter, mScaleA, mScaleB
 
     class SkippedFirstSlice(Sm90Gemm):
         """Split-K: slice 0's K range shifted onto slice 1's (a wrong slice offset)."""
@@ -65,47 +76,29 @@ def sm90_mutants() -> dict:
                 first = first + count
             return first, count
 
-    class UnwrittenLastColumn(Sm90Gemm):
+    class UnwrittenLastColumn(OperandMutant):
         """The output's N extent one column short (the N tail predicate off by one)."""
 
-        @cute.jit
-        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
-                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
-                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+        def mutate(self, mA, mC, mScaleA, mScaleB):
             narrower = cute.make_tensor(mC.iterator, cute.make_layout(
                 (mC.shape[0], mC.shape[1] - 1, mC.shape[2]), stride=mC.stride))
-            Sm90Gemm.__call__(self, mA, mB, narrower, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream)
+            return mA, narrower, mScaleA, mScaleB
 
-    class WrongBatchOffset(Sm90Gemm):
+    class WrongBatchOffset(OperandMutant):
         """A's batch offset computed with half its batch stride (a wrong batch offset): batch l
         reads rows from the middle of batch l - 1 (in bounds, so the numerics, not a fault, catch it)."""
 
-        @cute.jit
-        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
-                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
-                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+        def mutate(self, mA, mC, mScaleA, mScaleB):
             misplaced = cute.make_tensor(mA.iterator, cute.make_layout(
                 mA.shape, stride=(mA.stride[0], mA.stride[1], mA.stride[2] // 2)))
-            Sm90Gemm.__call__(self, misplaced, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream)
+            return misplaced, mC, mScaleA, mScaleB
 
-    class ScalesOnTheWrongAxis(Sm90Gemm):
+    class ScalesOnTheWrongAxis(OperandMutant):
         """FP8 rowwise: A's per-row scales applied per column and B's per row (the two vectors
         swapped; a square problem keeps their lengths equal)."""
 
-        @cute.jit
-        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
-                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
-                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
-            Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleB, mScaleA, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream)
+        def mutate(self, mA, mC, mScaleA, mScaleB):
+            return mA, mC, mScaleB, mScaleA
 
     return {"dropped last k-tile": DroppedLastKTile, "unwritten last row": UnwrittenLastRow,
             "split-K slice offset": SkippedFirstSlice, "unwritten last column": UnwrittenLastColumn,

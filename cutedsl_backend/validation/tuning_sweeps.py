@@ -8,7 +8,7 @@ import statistics
 import time
 from typing import Optional
 
-from .bench import _graph_ms, geomean, tflops
+from .bench import _graph_ms, epilogue_operands, geomean, tflops
 
 
 def precompile(pairs: list, workers: Optional[int] = None) -> list:
@@ -111,16 +111,11 @@ def sweep_epilogue(m=4096, n=14336, k=4096, dtype="bfloat16", configs=None, log=
     from ..epilogue import EpilogueSpec
     from ..problem import GemmProblem
 
-    dt = getattr(torch, dtype)
     problem = GemmProblem(m, n, k, 1, dtype, dtype, "k", "n", "sm90a")
     ranked = rank_configs(problem)
     cfgs = configs or (ranked[:6] + [c for c in ranked[6:] if c.schedule == "pingpong" and c.raster == "n"
                                      and c.tile_m * c.tile_n >= 64 * 128])
-    a = torch.randn(m, k, device="cuda").to(dt)
-    b = torch.randn(k, n, device="cuda").to(dt)
-    bias = torch.randn(n, device="cuda").to(dt)
-    res = torch.randn(m, n, device="cuda").to(dt)
-    out = torch.empty(m, n, device="cuda", dtype=dt)
+    a, b, bias, res, out = epilogue_operands(m, n, k, dtype)
     variants = {
         "bare": (EpilogueSpec(), {}),
         "bias+relu": (EpilogueSpec("relu", bias="col", bias_dtype=dtype), dict(bias=bias, activation="relu")),
