@@ -270,9 +270,10 @@ class GatedFunction(torch.autograd.Function):
 def gated_backward(grad, a, w_gate, w_up, bias_gate, bias_up, activation: str, needs: tuple) -> tuple:
     """(grad_a, grad_w_gate, grad_w_up, grad_bias_gate, grad_bias_up), None where ``needs`` says so.
     Its GEMMs go through ``torch.ops.cutedsl.gemm``, so a traced training graph keeps them."""
+    from . import ops  # registers torch.ops.cutedsl.gemm when only this module was imported
     from .epilogue import torch_activation
 
-    op = torch.ops.cutedsl.gemm.default
+    op = ops.gemm_op
     a2 = a.reshape(-1, a.shape[-1])
     grad2 = grad.reshape(-1, grad.shape[-1]).float()
     g = op(a2, w_gate.t(), None if bias_gate is None else bias_gate.float(), None, None, 1.0, 1.0, "float32")

@@ -3,9 +3,14 @@
 One pair of buffers per (device, stream): launches on one stream run in order, so they can share
 it; the kernels leave the counters at zero, so they are zeroed only when allocated. Buffers are
 never freed (a captured CUDA graph keeps the pointers it was captured with) and grow to the next
-power of two, so a process holds at most twice its largest workspace per stream. Buffers
-allocated while a stream is being captured belong to captures only (their zeroing is a node of
-the graph, not done yet), so eager launches never use them.
+power of two, so a process holds at most twice its largest workspace per stream.
+
+CUDA graphs. A capture uses the stream's buffers when they are large enough (warm up before
+capturing, as torch asks). Otherwise the launch gets buffers of its own, allocated inside the
+capture (the counters' zeroing becomes a node of the graph) and released after it, so nothing
+stays alive in the graph's memory pool: Inductor's CUDA-graph trees check that every live block
+in their pool is a tracked output. For the same reason the persistent buffers are allocated on a
+helper thread: the trees route the allocations of the thread that warms a graph up into its pool.
 
 Two replays of one captured graph must not run at the same time on different streams: they
 would share its workspace (as they would share any buffer the graph captured).
@@ -18,8 +23,12 @@ import threading
 import torch
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
 class SplitKWorkspaces:
-    """Per (device, stream, capturing) workspace buffers, grown on demand; thread-safe."""
+    """Per (device, stream) workspace buffers, grown on demand; thread-safe."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -28,17 +37,50 @@ class SplitKWorkspaces:
 
     def get(self, device: torch.device, stream: int, counters: int, floats: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(fp32 work, int32 counters) with at least ``floats`` and ``counters`` elements, for
-        launches on ``stream`` (a CUDA stream handle) of ``device``; the counters are zero."""
-        key = (device.index, stream, torch.cuda.is_current_stream_capturing())
+        launches on ``stream`` (a CUDA stream handle) of ``device``; the counters are zero. While
+        the stream is being captured and its buffers are too small, the pair is the launch's own
+        (keep it alive until the launch is enqueued)."""
+        key = (device.index, stream)
         with self._lock:
             have = self._buffers.get(key)
             if have is not None and have[0].numel() >= floats and have[1].numel() >= counters:
                 return have
-            size = lambda n, old: max(1 << max(0, n - 1).bit_length(), old)  # noqa: E731
-            work = torch.empty(size(floats, 0 if have is None else have[0].numel()), dtype=torch.float32, device=device)
-            count = torch.zeros(size(counters, 0 if have is None else have[1].numel()), dtype=torch.int32,
-                                device=device)
+            if torch.cuda.is_current_stream_capturing():
+                return (torch.empty(floats, dtype=torch.float32, device=device),
+                        torch.zeros(counters, dtype=torch.int32, device=device))
+            old_floats, old_counters = (0, 0) if have is None else (have[0].numel(), have[1].numel())
+            made = self._allocate(device, max(_next_pow2(floats), old_floats), max(_next_pow2(counters), old_counters))
             if have is not None:
                 self._retired.append(have)  # a captured graph may still point at it
-            self._buffers[key] = (work, count)
-            return work, count
+            self._buffers[key] = made
+            return made
+
+    def capacity(self, device: torch.device, stream: int) -> tuple[int, int]:
+        """(floats, counters) the persistent buffers of ``stream`` hold; (0, 0) before its first."""
+        with self._lock:
+            have = self._buffers.get((device.index, stream))
+        return (0, 0) if have is None else (have[0].numel(), have[1].numel())
+
+    @staticmethod
+    def _allocate(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Allocate and zero on a helper thread (outside any memory pool this thread is routed to),
+        finished before returning."""
+        made: list = []
+        failed: list = []
+
+        def allocate():
+            try:
+                with torch.cuda.device(device):
+                    pair = (torch.empty(floats, dtype=torch.float32, device=device),
+                            torch.zeros(counters, dtype=torch.int32, device=device))
+                    torch.cuda.current_stream(device).synchronize()
+                made.append(pair)
+            except BaseException as e:  # re-raised on the calling thread
+                failed.append(e)
+
+        helper = threading.Thread(target=allocate, name="cutedsl-workspace")
+        helper.start()
+        helper.join()
+        if failed:
+            raise failed[0]
+        return made[0]

@@ -63,8 +63,10 @@ def _blocks(tokens: int, d: int, hidden: int, dtype):
             return x + self.proj(attn)
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
-    attn = torch.randn(tokens // 512, 512, d, device="cuda", generator=g).to(dtype)
+    # Sequences of 512 tokens; fewer tokens (decode) are one sequence of that length.
+    shape = (max(1, tokens // 512), min(tokens, 512), d)
+    x = torch.randn(*shape, device="cuda", generator=g).to(dtype)
+    attn = torch.randn(*shape, device="cuda", generator=g).to(dtype)
     out = []
     for name, mod, args in (("mlp", MLP(), (x,)), ("swiglu", SwiGLU(), (x,)), ("attn_out_proj", OutProj(), (x, attn))):
         mod = mod.to("cuda", dtype).eval()

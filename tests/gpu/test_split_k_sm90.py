@@ -142,6 +142,54 @@ def test_split_k_counters_reset_across_shapes_and_streams():
         assert compare(out, a[0].double() @ b[0].double(), "bfloat16", 4096)["ok"]
 
 
+
+def test_split_k_captured_before_any_eager_launch():
+    """A capture whose stream has no workspace large enough gets buffers of its own inside the
+    capture (its counters zeroed by a node of the graph): replays stay right, and an eager launch
+    afterwards (which must not use the capture's buffers) too."""
+    a, b, _ = operands(1, 24, 6144, 8192, torch.bfloat16, "k", "k", seed=SEED + 7)
+    cfg = GemmConfig(64, 64, schedule="pingpong", splits=6)
+    ref = a[0].double() @ b[0].double()
+    side = torch.cuda.Stream()
+    from cutedsl_backend.configs import split_k_workspace
+    from cutedsl_backend.plan import PLANS
+    from cutedsl_backend.problem import GemmProblem
+
+    need = split_k_workspace(GemmProblem(24, 6144, 8192, 1, "bfloat16", "bfloat16", "k", "n", "sm90a"), cfg)
+    assert PLANS.workspaces.capacity(a.device, side.cuda_stream)[0] < need[1], "the stream's buffers already fit"
+    out = torch.full((24, 6144), float("nan"), device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        cb.gemm(a[0], b[0], config=cfg, out=out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert compare(out, ref, "bfloat16", 8192)["ok"]
+    with torch.cuda.stream(side):
+        eager = cb.gemm(a[0], b[0], config=cfg)
+    torch.cuda.synchronize()
+    assert torch.equal(eager, out)
+
+
+def test_split_k_under_inductor_cudagraph_trees():
+    """torch.compile's CUDA-graph trees (mode="reduce-overhead") check that nothing allocated in
+    their pool during warm-up or recording stays alive untracked: the op's split-K workspace must
+    not (a decode shape, whose default config splits K)."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.problem import GemmProblem
+
+    M, N, K = 16, 4096, 8192
+    assert default_config(GemmProblem(M, N, K, 1, "bfloat16", "bfloat16", "k", "n", "sm90a")).splits > 1
+    a, b, _ = operands(1, M, N, K, torch.bfloat16, "k", "n", seed=SEED + 8)
+    f = torch.compile(lambda x, w: torch.ops.cutedsl.gemm(x, w) * 2, mode="reduce-overhead")
+    ref = 2 * (a[0].double() @ b[0].double())
+    for _ in range(4):  # warm-up, recording, replays
+        got = f(a[0], b[0])
+        assert compare(got, ref, "bfloat16", K)["ok"]
+    torch._dynamo.reset()
+
+
 # loads of fewer rows of A than the tile (a_rows >= M): the rows never loaded hold stale shared
 # memory, which must reach no stored output
 A_ROWS = [GemmConfig(64, 128, schedule="pingpong", splits=4, a_rows=16), GemmConfig(64, 256, cluster_n=2,

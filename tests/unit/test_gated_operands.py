@@ -67,3 +67,20 @@ def test_k0_is_the_activation_of_the_biases_and_n0_is_empty():
     empty = cb.gemm_gated(torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(0, 8, dtype=torch.bfloat16),
                           torch.randn(0, 8, dtype=torch.bfloat16))
     assert empty.shape == (4, 0)
+
+
+def test_gated_backward_needs_only_its_own_module():
+    """The gated backward's GEMMs go through torch.ops.cutedsl.gemm; importing cutedsl_backend.gated
+    before torch (so the package did not register the ops) must still find that op. Meta tensors run
+    the op's fake implementation, so the gradients' shapes are checked without a GPU."""
+    import subprocess
+    import sys
+
+    code = ("import cutedsl_backend.gated as g, torch\n"
+            "m = lambda *s: torch.empty(*s, device='meta', dtype=torch.bfloat16)\n"
+            "out = g.gated_backward(m(3, 6, 16), m(3, 6, 32), m(16, 32), m(16, 32), None, None, 'silu',\n"
+            "                       (True, True, True, False, False))\n"
+            "print([tuple(x.shape) if x is not None else None for x in out])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[(3, 6, 32), (16, 32), (16, 32), None, None]", out.stdout
