@@ -17,6 +17,7 @@ a float64 evaluation of the same block, and which candidate won each GEMM autotu
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import tempfile
@@ -217,8 +218,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
                 compiled(*args)
             ms = _median_ms(lambda: compiled(*args), warmup=25, rep=200)
             eager_ms = _median_ms(lambda: mod(*args), warmup=25, rep=200)
-            ref = mod.double()(*(a.double() for a in args))
-            mod.to(args[0].dtype)
+            ref = copy.deepcopy(mod).double()(*(a.double() for a in args))
             err = float((out.double() - ref).norm() / ref.norm())
     finally:
         cbi.disable()
@@ -362,6 +362,9 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     mod = SiluMLP().to("cuda", dt).eval()
     for p in mod.parameters():
         p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
+    # the float64 reference is a copy: converting the compiled module's own parameters would hand
+    # the compiled graph new weight tensors between the Ms (re-recording its CUDA graphs)
+    ref_mod = copy.deepcopy(mod).double()
     xs = {m: torch.randn(m, d, device="cuda", generator=g).to(dt) for m in ms}
     kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
     rows, base = [], None
@@ -385,8 +388,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                     out = compiled(x).clone()
                     for _ in range(3):
                         compiled(x)
-                    ref = mod.double()(x.double())
-                    mod.to(dt)
+                    ref = ref_mod(x.double())
                     per_m[m] = {"ms": _median_ms(lambda: compiled(x), warmup=25, rep=200),
                                 "rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
         finally:
