@@ -296,6 +296,12 @@ class StoreHandshake:
     def before_barrier(store_pipeline):
         store_pipeline.producer_acquire()
 
+    @staticmethod
+    def handoff(epi_sync):
+        """The barrier: every thread's part of the sub-tile is in shared memory before the store
+        warp issues its TMA store."""
+        epi_sync.arrive_and_wait()
+
 
 def _smem_load_atom(layout, dtype):
     """ldmatrix for 16-bit data (transposed for an M-major buffer), else plain loads."""

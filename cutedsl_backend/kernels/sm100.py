@@ -376,7 +376,7 @@ class Sm100Gemm(SplitKUnits):
                         cute.arch.fence_proxy("async.shared", space="cta")
                         if warp_idx == EPI_WARPS[0]:
                             stores.before_barrier(store_pipeline)
-                        epi_sync.arrive_and_wait()
+                        stores.handoff(epi_sync)
                         if warp_idx == EPI_WARPS[0]:
                             cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, s)])
                             store_pipeline.producer_commit()

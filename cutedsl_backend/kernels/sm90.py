@@ -579,7 +579,7 @@ class Sm90Gemm(SplitKUnits):
                         cute.arch.fence_proxy("async.shared", space="cta")
                         if is_store_warp:
                             self.stores.before_barrier(store_pipeline)
-                        epi_sync.arrive_and_wait()
+                        self.stores.handoff(epi_sync)
                         if is_store_warp:
                             cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(e))])
                             store_pipeline.producer_commit()

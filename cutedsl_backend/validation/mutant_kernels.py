@@ -30,6 +30,7 @@ def launch_copy(src: cute.Tensor, dst: cute.Tensor):
 
 def sm90_mutants() -> dict:
     """name -> kernel class with that bug (imports the DSL kernel module: call where it is installed)."""
+    from ..kernels.epilogue import StoreHandshake
     from ..kernels.sm90 import Sm90Gemm
 
     class DroppedLastKTile(Sm90Gemm):
@@ -100,6 +101,20 @@ def sm90_mutants() -> dict:
         def mutate(self, mA, mC, mScaleA, mScaleB):
             return mA, mC, mScaleB, mScaleA
 
+    class NoBarrierHandshake(StoreHandshake):
+        @staticmethod
+        def handoff(epi_sync):
+            pass
+
+    class MissingStoreBarrier(Sm90Gemm):
+        """The epilogue's barrier before each TMA store left out: the store warp copies the
+        sub-tile out of shared memory while the other warps may still be writing it."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.stores = NoBarrierHandshake()
+
     return {"dropped last k-tile": DroppedLastKTile, "unwritten last row": UnwrittenLastRow,
             "split-K slice offset": SkippedFirstSlice, "unwritten last column": UnwrittenLastColumn,
-            "wrong batch offset": WrongBatchOffset, "fp8 scales on the wrong axis": ScalesOnTheWrongAxis}
+            "wrong batch offset": WrongBatchOffset, "fp8 scales on the wrong axis": ScalesOnTheWrongAxis,
+            "missing epilogue barrier": MissingStoreBarrier}

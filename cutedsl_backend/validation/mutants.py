@@ -204,7 +204,7 @@ def kernel_mutant(name: str) -> dict:
 
 
 KERNEL_MUTANTS = ("dropped last k-tile", "unwritten last row", "split-K slice offset", "unwritten last column",
-                  "wrong batch offset", "fp8 scales on the wrong axis")
+                  "wrong batch offset", "fp8 scales on the wrong axis", "missing epilogue barrier")
 
 
 def run_mutants() -> list[dict]:

@@ -53,3 +53,21 @@ def test_broken_kernels_compile(name, tmp_path, monkeypatch):
     if gpu_arch() != "sm90a":
         r = kernel_mutant(name)
         assert r["skipped"] and not r["caught"] and "not run" in r["by"]
+
+
+@pytest.mark.compile
+def test_missing_barrier_mutant_has_fewer_barriers(tmp_path, monkeypatch):
+    """The barrier mutant really drops the epilogue's store barriers (fewer BAR instructions than
+    the same kernel without the bug), so its GPU run tests what its name says."""
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+    from cutedsl_backend.validation.mutant_kernels import sm90_mutants
+    from cutedsl_backend.validation.mutants import mutant_problem
+
+    name = "missing epilogue barrier"
+    problem, spec, config = mutant_problem(name)
+    which = resolve(problem, config, spec)
+    bars = [compile_kernel(problem, which, kernel_cls=cls).sass_counts(("BAR",))["BAR"]
+            for cls in (None, sm90_mutants()[name])]
+    assert bars[1] < bars[0], bars
