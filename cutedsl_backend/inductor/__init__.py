@@ -36,7 +36,7 @@ from .state import OPS, STATE
 
 log = logging.getLogger("cutedsl_backend.inductor")
 
-__all__ = ["enable", "disable", "enabled", "is_enabled", "OPS"]
+__all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "OPS"]
 
 
 def _choices_factory():
@@ -105,7 +105,8 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         from .gated_mlp import extern_choice
 
         register_all()
-        extern_choice()
+        extern_choice(False)
+        extern_choice(True)
         from .decisions import install_feedback_saver
 
         install_feedback_saver()
@@ -143,6 +144,12 @@ def disable() -> None:
     STATE.enabled = False
     STATE.saved = None
     log.info("cutedsl: Inductor candidates disabled")
+
+
+def stats() -> dict:
+    """What the integration counted in this process (a copy; see state.COUNTERS): runtime
+    fallbacks, device-timed candidates and subgraphs, timing fallbacks, fused autotunes."""
+    return dict(STATE.counters)
 
 
 def is_enabled() -> bool:

@@ -12,8 +12,7 @@ from the FX graph cache in a fresh process finds them.
 from __future__ import annotations
 
 import logging
-import weakref
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch._inductor.choices import InductorChoices
@@ -27,13 +26,6 @@ from .state import NO_PLAIN_CANDIDATES, STATE, build_tag
 log = logging.getLogger("cutedsl_backend.inductor")
 aten = torch.ops.aten
 
-# our ExternKernelChoice per (op signature, argument order); Inductor's extern_kernels namespace
-# refuses a name twice, so each is made once per process
-_EXTERN: dict[str, Any] = {}
-# graph -> (op name, FX node) already offered: tuned_addmm asks the handler up to three times
-_SEEN: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
-# graph -> (a, b) buffer names whose fused kernel lost (see suppress)
-_SUPPRESSED: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 
 class _Reordered:
@@ -65,10 +57,10 @@ def extern_choice(kind: tuple, order: Optional[tuple] = None):
 
     order = order or tuple(range(len(ops.tensor_names(*kind))))
     name = _choice_name(kind, order)
-    choice = _EXTERN.get(name)
+    choice = STATE.extern_choices.get(name)
     if choice is None:
         reordered = _Reordered(ops.overload(*kind), order)
-        choice = _EXTERN[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
+        choice = STATE.extern_choices[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
                                                     op_overload=reordered.op)
     return choice
 
@@ -232,7 +224,7 @@ def _first_time(op_name: str) -> bool:
     from torch._inductor.virtualized import V
 
     node = getattr(V.graph, "current_node", None)
-    seen = _SEEN.setdefault(V.graph, set())
+    seen = STATE.offered.setdefault(V.graph, set())
     key = (op_name, node)
     if key in seen:
         return False
@@ -246,13 +238,13 @@ def suppress(a, b) -> None:
     would meet the same GEMM peers again, at the price of more compiles and benchmarks)."""
     from torch._inductor.virtualized import V
 
-    _SUPPRESSED.setdefault(V.graph, set()).add((a.get_name(), b.get_name()))
+    STATE.suppressed.setdefault(V.graph, set()).add((a.get_name(), b.get_name()))
 
 
 def _suppressed(a, b) -> bool:
     from torch._inductor.virtualized import V
 
-    return (a.get_name(), b.get_name()) in _SUPPRESSED.get(V.graph, ())
+    return (a.get_name(), b.get_name()) in STATE.suppressed.get(V.graph, ())
 
 
 def _fast_accum(kwarg_overrides) -> Optional[bool]:

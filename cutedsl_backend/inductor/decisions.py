@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Optional
 
@@ -25,8 +24,6 @@ from .state import STATE, build_tag
 
 log = logging.getLogger("cutedsl_backend.inductor")
 MARGIN = 0.03
-_LOCK = threading.Lock()
-_CACHE: dict = {}  # path -> decisions read from it
 
 
 def path() -> Path:
@@ -43,22 +40,22 @@ def key(op: str, offer, device_name: str) -> str:
 
 
 def _load(p: Path) -> dict:
-    if p not in _CACHE:
+    if p not in STATE.decisions:
         try:
-            _CACHE[p] = json.loads(p.read_text())
+            STATE.decisions[p] = json.loads(p.read_text())
         except (OSError, ValueError):
-            _CACHE[p] = {}
-    return _CACHE[p]
+            STATE.decisions[p] = {}
+    return STATE.decisions[p]
 
 
 def get(k: str) -> Optional[dict]:
-    with _LOCK:
+    with STATE.decisions_lock:
         return _load(path()).get(k)
 
 
 def record(k: str, config: str, ours_ms: float, theirs_ms: Optional[float]) -> None:
     p = path()
-    with _LOCK:
+    with STATE.decisions_lock:
         entry = {"config": config, "ours_ms": ours_ms, "theirs_ms": theirs_ms}
         _load(p)[k] = entry
         try:
@@ -67,11 +64,11 @@ def record(k: str, config: str, ours_ms: float, theirs_ms: Optional[float]) -> N
                 on_disk = json.loads(p.read_text())
             except (OSError, ValueError):
                 on_disk = {}
-            on_disk.update(_CACHE[p])
+            on_disk.update(STATE.decisions[p])
             tmp = p.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(on_disk, indent=0, sort_keys=True))
             tmp.replace(p)  # atomic: readers see the old or the new file, never half of one
-            _CACHE[p] = on_disk
+            STATE.decisions[p] = on_disk
         except OSError as e:
             log.warning("cutedsl: could not write decisions to %s: %s", p, e)
 

@@ -28,10 +28,12 @@ import logging
 import time
 from typing import Callable, Optional
 
+from .state import STATE
+
 log = logging.getLogger("cutedsl_backend.inductor")
-# choices timed here (ours / the unfused subgraph), fallen back to Inductor's timing, and timed
-# with the GPU sleep outrun (still timed; the warning says so): bench-inductor and tests read them
-COUNTS = {"device_timed": 0, "subgraphs_timed": 0, "fallbacks": 0, "sleep_outrun": 0}
+# counted in STATE.counters: choices timed here (device_timed / subgraphs_timed), fallen back to
+# Inductor's timing (timing_fallbacks), timed with the GPU sleep outrun (sleep_outrun; still timed,
+# the warning says so)
 MAX_SLEEP_MS = 1000.0
 
 
@@ -78,7 +80,7 @@ def _queued_times(fn, flush, iters: int, host_ms_per_iter: float) -> tuple:
         if attempt == 0:
             sleep_ms = min(4 * max(sleep_ms, iters * host_ms), MAX_SLEEP_MS)
     else:
-        COUNTS["sleep_outrun"] += 1
+        STATE.counters["sleep_outrun"] += 1
         log.warning("cutedsl: device timing: %d iterations took longer to queue (%.2f ms each) than a "
                     "%.0f ms GPU sleep; their times may include host time", iters, host_ms, sleep_ms)
     return [s.elapsed_time(e) for s, e in pairs], host_ms
@@ -133,12 +135,12 @@ def _install(choice, run: Callable[[tuple], object], copy_to_out: bool, kind: st
                 if ran:
                     out.copy_(run(args))  # as Inductor's own benchmark does (its result checks read it)
                 ms = device_ms_per_call(lambda: run(args), warm_up=not ran)  # that run was the warm-up
-            COUNTS[kind] += 1
+            STATE.counters[kind] += 1
             compiler.STORE.event(f"benchmark done ({ms:.4f} ms)", name)
             return ms
         except Exception as e:  # noqa: BLE001 - any failure: fall back, say so
             torch.cuda.synchronize()
-            COUNTS["fallbacks"] += 1
+            STATE.counters["timing_fallbacks"] += 1
             compiler.STORE.event("benchmark falls back to Inductor's timing", name)
             log.warning("cutedsl: %s could not be timed on the device (%s: %s); Inductor's timing used",
                         getattr(choice, "name", choice), type(e).__name__, e)

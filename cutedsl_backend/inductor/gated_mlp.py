@@ -4,16 +4,21 @@ and offered as one GEMM (``cutedsl_backend.gemm_gated``) against the unfused ops
 The pattern (2-D and the 3-D ``nn.Linear`` view form): two ``mm`` on the same input (or on equal
 reshapes of one tensor) with transposed (N, K) weights, an activation of the gated family on one
 (in its post-grad form, matched as the epilogue fusion matches activations) and a ``mul`` with the
-other; every intermediate used only there. It becomes ``torch.ops.cutedsl.gemm_gated_ab`` with
-``kernel_config=''``; its lowering autotunes our kernel's configs against the unfused computation
-and inlines the unfused ops where they win, like the fused epilogue chains (:mod:`.lowering`).
+other; every intermediate used only there. Or one GEMM on a concatenated (2N, K) weight whose
+result is split in two halves. Each GEMM may carry its ``nn.Linear`` bias (``addmm``, or the
+``mm`` + ``add`` Inductor unfuses it into before a pointwise op); with biases both GEMMs have one.
+It becomes ``torch.ops.cutedsl.gemm_gated_ab`` (``gemm_gated_ab_bias`` with the [gate | up] bias
+vector) with ``kernel_config=''``; its lowering autotunes our kernel's configs against the
+unfused computation and inlines the unfused ops where they win, like the fused epilogue chains
+(:mod:`.lowering`).
 
-Opt-in (``enable(gated_mlp=True)``): the kernel is compile-verified; its GPU tests
-(tests/gpu/test_gated_sm90.py) have not run on an H200 yet.
+Opt-in (``enable(gated_mlp=True)``): on the H200 a SwiGLU block with it measured at parity with
+ATen+Triton, not yet the speed-up that would make it the default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Optional
@@ -34,41 +39,123 @@ aten = torch.ops.aten
 _LIB = torch.library.Library("cutedsl", "FRAGMENT")
 _LIB.define("gemm_gated_ab(Tensor a, Tensor w_gate, Tensor w_up, *, str activation, str kernel_config='') -> Tensor",
             tags=(torch.Tag.pt2_compliant_tag,))
+# bias_gate_up: (2N,), the gate's N values then the up's
+_LIB.define("gemm_gated_ab_bias(Tensor a, Tensor w_gate, Tensor w_up, Tensor bias_gate_up, *, str activation, "
+            "str kernel_config='') -> Tensor", tags=(torch.Tag.pt2_compliant_tag,))
 
 
-def _impl(a, w_gate, w_up, *, activation, kernel_config=""):
+def _impl(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
     from ..gated import gemm_gated
 
     config = config_for_call(kernel_config, a.numel() // max(1, a.shape[-1]))
-    return gemm_gated(a, w_gate, w_up, activation=activation, config=config)
+    return gemm_gated(a, w_gate, w_up, activation=activation, bias_gate_up=bias_gate_up, config=config)
 
 
-def _fake(a, w_gate, w_up, *, activation, kernel_config=""):
+def _fake(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
     return a.new_empty((*a.shape[:-1], w_gate.shape[0]))
 
 
-_LIB.impl("gemm_gated_ab", _impl, "CUDA")
-torch.library.register_fake("cutedsl::gemm_gated_ab", _fake, lib=_LIB)
+for _name in ("gemm_gated_ab", "gemm_gated_ab_bias"):
+    _LIB.impl(_name, _impl, "CUDA")
+    torch.library.register_fake(f"cutedsl::{_name}", _fake, lib=_LIB)
 GATED_OP = torch.ops.cutedsl.gemm_gated_ab.default
+GATED_BIAS_OP = torch.ops.cutedsl.gemm_gated_ab_bias.default
+GATED_OPS = (GATED_OP, GATED_BIAS_OP)
 
 
-def reference(a, w_gate, w_up, *, activation, kernel_config=""):
-    """The unfused computation, rounding where the graph rounds (each GEMM's result, then the
-    activation and the product in the input dtype): the candidate our kernel is measured against."""
-    return torch_activation(activation)(a @ w_gate.t()) * (a @ w_up.t())
+def reference(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
+    """The unfused computation, rounding where the graph rounds (each GEMM's result, bias added
+    before its rounding as addmm does, then the activation and the product in the input dtype):
+    the candidate our kernel is measured against."""
+    if bias_gate_up is None:
+        return torch_activation(activation)(a @ w_gate.t()) * (a @ w_up.t())
+    n = w_gate.shape[0]
+    bias = bias_gate_up.to(a.dtype)
+    return (torch_activation(activation)(torch.addmm(bias[:n], a, w_gate.t()))
+            * torch.addmm(bias[n:], a, w_up.t()))
 
 
 # ---------------------------------------------------------------------------- the pattern
 
-def _linear(mm: Node):
-    """(input, weight) of ``mm(x, permute(w, [1, 0]))`` (nn.Linear without bias), else None."""
-    if mm.op != "call_function" or mm.target is not aten.mm.default or len(mm.args) != 2:
+def _linear(gemm: Node):
+    """(input, weight, bias or None) of ``mm(x, permute(w, [1, 0]))`` or ``addmm(bias, x,
+    permute(w, [1, 0]))`` with a (N,) bias (nn.Linear), else None."""
+    if gemm.op != "call_function":
         return None
-    x, wt = mm.args
+    if gemm.target is aten.mm.default and len(gemm.args) == 2:
+        (x, wt), bias = gemm.args, None
+    elif (gemm.target is aten.addmm.default and len(gemm.args) == 3
+          and gemm.kwargs.get("alpha", 1) == 1 and gemm.kwargs.get("beta", 1) == 1):
+        bias, x, wt = gemm.args
+        if not _is_bias(bias, gemm):
+            return None
+    else:
+        return None
     if not (isinstance(wt, Node) and wt.target is aten.permute.default and list(wt.args[1]) == [1, 0]
-            and _only_user(wt) is mm):
+            and _only_user(wt) is gemm):
         return None
-    return x, wt.args[0]
+    return x, wt.args[0], bias
+
+
+def _is_bias(b, out: Node) -> bool:
+    """``b`` is a (N,) vector for the (..., N) result ``out``."""
+    bv, ov = _val(b), _val(out)
+    return bv is not None and ov is not None and bv.dim() == 1 and bv.shape[0] == ov.shape[-1]
+
+
+def _bias_add(node: Node):
+    """(the other operand, the bias) of ``add(y, bias)`` / ``add(bias, y)`` with a (N,) bias, else None."""
+    if node.op != "call_function" or node.target is not aten.add.Tensor or len(node.args) != 2 or node.kwargs:
+        return None
+    for y, b in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+        if isinstance(y, Node) and isinstance(b, Node) and _is_bias(b, node):
+            return y, b
+    return None
+
+
+@dataclasses.dataclass
+class _Linear:
+    """One nn.Linear's output as the graph computes it: gemm, [add bias], [view], [add bias]."""
+
+    gemm: Node
+    x: Node
+    weight: Node
+    bias: Optional[Node]
+    view: Optional[Node]
+
+
+def _peel(top: Node) -> Optional[_Linear]:
+    """The nn.Linear whose output is ``top``, each node below ``top`` used only by the one above."""
+    cur, bias, view = top, None, None
+    for _ in range(3):
+        if not isinstance(cur, Node):
+            return None
+        below = None
+        if bias is None and (hit := _bias_add(cur)) is not None:
+            below, bias = hit
+        elif view is None and cur.op == "call_function" and cur.target in _VIEWS and isinstance(cur.args[0], Node):
+            below, view = cur.args[0], cur
+        if below is None:
+            break
+        if _only_user(below) is not cur:
+            return None
+        cur = below
+    lin = _linear(cur) if isinstance(cur, Node) else None
+    if lin is None or (bias is not None and lin[2] is not None):
+        return None
+    return _Linear(cur, lin[0], lin[1], bias if bias is not None else lin[2], view)
+
+
+def _down(gemm: Node) -> Node:
+    """The top of ``gemm``'s nn.Linear output chain ([view], [add bias]) going down its only users."""
+    cur = gemm
+    for _ in range(2):
+        user = _only_user(cur)
+        if user is None or not (user.op == "call_function" and (
+                user.target in _VIEWS or (hit := _bias_add(user)) is not None and hit[0] is cur)):
+            break
+        cur = user
+    return cur
 
 
 def _same_input(x1: Node, x2: Node) -> bool:
@@ -79,19 +166,13 @@ def _same_input(x1: Node, x2: Node) -> bool:
             and list(x1.args[1]) == list(x2.args[1]))
 
 
-def _strip_view(n: Node):
-    """(the node under a reshape of ``n``'s only user chain, the view or None)."""
-    if n.op == "call_function" and n.target in _VIEWS and isinstance(n.args[0], Node):
-        return n.args[0], n
-    return n, None
-
-
 def _sibling_gemms(x: Node, not_this: Node) -> list:
-    """The other ``mm`` nodes on ``x`` or on an equal reshape of ``x``'s source."""
+    """The other ``mm`` / ``addmm`` nodes on ``x`` or on an equal reshape of ``x``'s source."""
     inputs = [x]
     if x.target in _VIEWS and isinstance(x.args[0], Node):
         inputs += [v for v in x.args[0].users if v is not x and _same_input(v, x)]
-    return [u for i in inputs for u in i.users if u is not not_this and u.target is aten.mm.default]
+    return [u for i in inputs for u in i.users
+            if u is not not_this and u.target in (aten.mm.default, aten.addmm.default)]
 
 
 def _split_halves(up_side: Node):
@@ -114,49 +195,45 @@ def _split_halves(up_side: Node):
 
 
 def match_gated(mul: Node) -> Optional[dict]:
-    """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, activation, view, nodes},
-    else None."""
+    """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, bias_gate, bias_up |
+    bias_gate_up (None without biases), activation, view}, else None."""
     if mul.op != "call_function" or mul.target is not aten.mul.Tensor or len(mul.args) != 2:
         return None
     for act_out, up_side in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
-        if isinstance(up_side, Node) and isinstance(act_out, Node):
-            halves = _split_halves(up_side)
-            if halves is not None and _only_user(up_side) is mul:
-                gate_item, h = halves
-                mm, view = _strip_view(h)
-                lin = _linear(mm)
-                split = up_side.args[0]
-                chain_ok = _only_user(h) is split and (view is None or _only_user(mm) is view)
-                if lin is not None and chain_ok:
-                    for name in GATED_ACTIVATIONS:
-                        hit = match_activation(gate_item, name)
-                        if hit is not None and hit[0] is act_out and _only_user(act_out) is mul:
-                            return {"x": lin[0], "w_gate_up": lin[1], "activation": name, "view": view,
-                                    "nodes": [mm, *hit[1]]}
-        if not isinstance(act_out, Node) or not isinstance(up_side, Node):
+        if not isinstance(up_side, Node) or not isinstance(act_out, Node) or _only_user(act_out) is not mul:
             continue
-        up_mm, up_view = _strip_view(up_side)
-        up = _linear(up_mm)
-        if up is None or _only_user(up_mm) is not (up_view or mul) or (up_view and _only_user(up_view) is not mul):
+        halves = _split_halves(up_side)
+        if halves is not None and _only_user(up_side) is mul:
+            gate_item, h = halves
+            lin = _peel(h)
+            if lin is not None and _only_user(h) is up_side.args[0]:
+                for name in GATED_ACTIVATIONS:
+                    hit = match_activation(gate_item, name)
+                    if hit is not None and hit[0] is act_out:
+                        return {"x": lin.x, "w_gate_up": lin.weight, "bias_gate_up": lin.bias, "activation": name,
+                                "view": lin.view}
+        if _only_user(up_side) is not mul:
             continue
-        for gate_mm in _sibling_gemms(up[0], up_mm):
-            gate = _linear(gate_mm)
-            if gate is None or not _same_input(gate[0], up[0]):
+        up = _peel(up_side)
+        if up is None:
+            continue
+        for gate_gemm in _sibling_gemms(up.x, up.gemm):
+            start = _down(gate_gemm)
+            gate = _peel(start)
+            if (gate is None or gate.gemm is not gate_gemm or not _same_input(gate.x, up.x)
+                    or (gate.view is None) != (up.view is None) or (gate.bias is None) != (up.bias is None)):
                 continue
-            g_user = _only_user(gate_mm)
-            g_view = g_user if g_user is not None and g_user.target in _VIEWS else None
-            if (g_view is None) != (up_view is None):
-                continue
-            start = g_view or gate_mm
             for name in GATED_ACTIVATIONS:
                 hit = match_activation(start, name)
-                if hit is None or hit[0] is not act_out or _only_user(act_out) is not mul:
+                if hit is None or hit[0] is not act_out:
                     continue
-                wg, wu = _val(gate[1]), _val(up[1])
+                wg, wu = _val(gate.weight), _val(up.weight)
                 if wg is None or wu is None or tuple(wg.shape) != tuple(wu.shape) or wg.dtype != wu.dtype:
                     continue
-                return {"x": up[0], "w_gate": gate[1], "w_up": up[1], "activation": name, "view": up_view,
-                        "nodes": [gate_mm, up_mm, *hit[1]]}
+                if gate.bias is not None and _val(gate.bias).dtype != _val(up.bias).dtype:
+                    continue
+                return {"x": up.x, "w_gate": gate.weight, "w_up": up.weight, "bias_gate": gate.bias,
+                        "bias_up": up.bias, "activation": name, "view": up.view}
     return None
 
 
@@ -169,6 +246,7 @@ def fuse_gated(graph: Graph) -> int:
             if m is None:
                 continue
             with graph.inserting_before(node):
+                bias = m.get("bias_gate_up")
                 if "w_gate_up" in m:  # the concatenated weight's two halves, as views
                     w = m["w_gate_up"]
                     n = _val(w).shape[0] // 2
@@ -178,9 +256,13 @@ def fuse_gated(graph: Graph) -> int:
                         half.meta["val"] = _val(w)[lo:hi]
                         halves.append(half)
                     m["w_gate"], m["w_up"] = halves
-                fused = graph.call_function(GATED_OP, (m["x"], m["w_gate"], m["w_up"]),
+                elif m["bias_gate"] is not None:  # the kernel reads one [gate | up] bias vector
+                    bias = graph.call_function(aten.cat.default, ([m["bias_gate"], m["bias_up"]],))
+                    bias.meta["val"] = torch.cat([_val(m["bias_gate"]), _val(m["bias_up"])])
+                args = (m["x"], m["w_gate"], m["w_up"]) + ((bias,) if bias is not None else ())
+                fused = graph.call_function(GATED_OP if bias is None else GATED_BIAS_OP, args,
                                             {"activation": m["activation"], "kernel_config": ""})
-                fused.meta["val"] = _fake(_val(m["x"]), _val(m["w_gate"]), _val(m["w_up"]), activation="")
+                fused.meta["val"] = _fake(*(_val(x) for x in args), activation="")
                 result = fused
                 if m["view"] is not None:
                     result = graph.call_function(m["view"].target, (fused, list(_val(node).shape)))
@@ -198,13 +280,15 @@ def fuse_gated(graph: Graph) -> int:
 # ---------------------------------------------------------------------------- lowering
 
 @functools.lru_cache(None)
-def extern_choice():
+def extern_choice(with_bias: bool = False):
+    """Our gated op as an Inductor choice (made once per process: extern_kernels names are unique)."""
     from torch._inductor.select_algorithm import ExternKernelChoice
 
     from .state import build_tag
 
-    return ExternKernelChoice(GATED_OP, name=f"cutedsl_gemm_gated_{build_tag()}", has_out_variant=False,
-                              op_overload=GATED_OP)
+    op = GATED_BIAS_OP if with_bias else GATED_OP
+    name = f"cutedsl_gemm_gated_{'bias_' if with_bias else ''}{build_tag()}"
+    return ExternKernelChoice(op, name=name, has_out_variant=False, op_overload=op)
 
 
 def offer(inputs, activation: str, device, sizes):
@@ -216,7 +300,7 @@ def offer(inputs, activation: str, device, sizes):
     from .eligibility import _check_aligned, _major, num_sms, operand_from_ir
     from .state import STATE
 
-    a, wg, wu = (operand_from_ir(x) for x in inputs)
+    a, wg, wu, *bias = (operand_from_ir(x) for x in inputs)
     if a.dim != 2 or wg.dim != 2 or tuple(wg.shape) != tuple(wu.shape):
         raise UnsupportedGemmError("shape: a (M, K) and two (N, K) weights")
     dt = dtype_name(a.dtype)
@@ -232,10 +316,18 @@ def offer(inputs, activation: str, device, sizes):
         raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
     a_major = _major(a, sizes, "a", "k", "m")
     _check_aligned(a, sizes, "a", 1 if a_major == "k" else 0)
+    bias_dtype = "float32"
+    if bias:
+        (b,) = bias
+        if b.dim != 1 or not sizes.equals(b.shape[0] - 2 * n, 0) or not sizes.equals(b.stride[0], 1):
+            raise UnsupportedGemmError(f"bias: a contiguous (2N,) [gate | up] vector, got shape {b.shape}")
+        if b.dtype not in (dt, "float32"):
+            raise UnsupportedGemmError(f"bias: dtype must be {dt} or float32, got {b.dtype}")
+        bias_dtype = b.dtype
     arch = device_arch(device)
     problem = GemmProblem(sizes.hint(m), 2 * sizes.hint(n), sizes.hint(k), 1, dt, dt, a_major, "k", arch,
                           packed=False)
-    spec = EpilogueSpec(gated=activation)
+    spec = EpilogueSpec(gated=activation, bias="col" if bias else None, bias_dtype=bias_dtype)
     configs = rank_configs(problem, num_sms=num_sms(device), top_k=STATE.top_k, epilogue=spec)
     if not configs:
         raise UnsupportedGemmError(f"no config takes the gated epilogue for {problem.describe()}")
@@ -243,9 +335,9 @@ def offer(inputs, activation: str, device, sizes):
     return problem, spec, configs, dynamic
 
 
-def lower(a, w_gate, w_up, *, activation, kernel_config=""):
+def lower(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
     """Our kernel's configs against the unfused ops, in one autotune; the unfused ops inlined if
-    they win (as the fused epilogue chains' lowering)."""
+    they win (as the fused epilogue chains' lowering). Both gated ops (with and without the bias)."""
     from torch._inductor.codegen.subgraph import SubgraphTemplate
     from torch._inductor.ir import ExternKernel, FixedLayout, FlexibleLayout
     from torch._inductor.lowering import fallback_handler
@@ -256,11 +348,12 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
     from .lowering import _inline, _inline_unfused, _select, _tracer
     from .state import STATE
 
-    args = (a, w_gate, w_up)
+    args = (a, w_gate, w_up) + (() if bias_gate_up is None else (bias_gate_up,))
+    op = GATED_OP if bias_gate_up is None else GATED_BIAS_OP
     kwargs = {"activation": activation}
     if kernel_config or not (STATE.enabled and autotuning()):
-        return fallback_handler(GATED_OP, add_to_fallback_set=False)(*args, activation=activation,
-                                                                    kernel_config=kernel_config)
+        return fallback_handler(op, add_to_fallback_set=False)(*args, activation=activation,
+                                                              kernel_config=kernel_config)
     inputs = [ExternKernel.realize_input(x) for x in args]
     for x in inputs:
         try:
@@ -276,7 +369,7 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
         return _inline(ref, args, name)
     size = [inputs[0].get_size()[0], inputs[1].get_size()[0]]
     layout = FixedLayout(inputs[0].get_device(), inputs[0].get_dtype(), size, FlexibleLayout.contiguous_strides(size))
-    choice = extern_choice()
+    choice = extern_choice(bias_gate_up is not None)
     picks = [DISPATCH] if dynamic else [c.name for c in configs]
     ours = []
     for pick in picks:
@@ -297,5 +390,5 @@ def lower(a, w_gate, w_up, *, activation, kernel_config=""):
     return node
 
 
-def _reference_fn(activation, a, w_gate, w_up):
-    return reference(a, w_gate, w_up, activation=activation)
+def _reference_fn(activation, a, w_gate, w_up, bias_gate_up=None):
+    return reference(a, w_gate, w_up, bias_gate_up, activation=activation)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import itertools
 import logging
 import time
 
@@ -39,12 +38,8 @@ from .state import STATE
 
 # Where fused lowerings spend a compile's time (bench-inductor reports it): building the unfused
 # subgraph candidate, and the autotune of ours against it (our compiles waited for included).
-TIMES = {"fused_autotunes": 0, "unfused_subgraph_s": 0.0, "fused_autotune_s": 0.0}
 
 log = logging.getLogger("cutedsl_backend.inductor")
-_REGISTERED: dict = {}  # op overload -> our lowering
-_PREVIOUS: dict = {}  # op overload -> the lowering ours replaced
-_COUNTER = itertools.count()
 
 
 def register() -> None:
@@ -52,29 +47,29 @@ def register() -> None:
     before (Inductor's automatic fallback, once it met the op) comes back with unregister()."""
     from torch._inductor.lowering import lowerings, register_lowering
 
-    from .gated_mlp import GATED_OP
+    from .gated_mlp import GATED_OPS
     from .gated_mlp import lower as lower_gated
 
     ours = [(ops.overload(*kind), functools.partial(_lower, kind)) for kind in ops.SIGNATURES]
-    for overload, fn in ours + [(GATED_OP, lower_gated)]:
-        if overload not in _REGISTERED:
+    for overload, fn in ours + [(op, lower_gated) for op in GATED_OPS]:
+        if overload not in STATE.lowerings:
             before = lowerings.get(overload)
             register_lowering(overload, type_promotion_kind=None)(fn)
-            _REGISTERED[overload] = lowerings[overload]
+            STATE.lowerings[overload] = lowerings[overload]
             if before is not None:
                 lowerings[overload] = before
         current = lowerings.get(overload)
-        if current is not _REGISTERED[overload]:
-            _PREVIOUS[overload] = current
-            lowerings[overload] = _REGISTERED[overload]
+        if current is not STATE.lowerings[overload]:
+            STATE.replaced_lowerings[overload] = current
+            lowerings[overload] = STATE.lowerings[overload]
 
 
 def unregister() -> None:
     from torch._inductor.lowering import lowerings
 
-    for overload, fn in _REGISTERED.items():
+    for overload, fn in STATE.lowerings.items():
         if lowerings.get(overload) is fn:
-            previous = _PREVIOUS.pop(overload, None)
+            previous = STATE.replaced_lowerings.pop(overload, None)
             if previous is None:
                 del lowerings[overload]
             else:
@@ -144,9 +139,9 @@ def _lower(kind: tuple, *args, **kwargs):
     compiler.STORE.event("fused autotune starts", name)
     node, winner = _select(name, choices, inputs, layout)
     compiler.STORE.event("fused autotune done", name)
-    TIMES["fused_autotunes"] += 1
-    TIMES["unfused_subgraph_s"] += t1 - t0
-    TIMES["fused_autotune_s"] += time.perf_counter() - t1
+    STATE.counters["fused_autotunes"] += 1
+    STATE.counters["unfused_subgraph_s"] += t1 - t0
+    STATE.counters["fused_autotune_s"] += time.perf_counter() - t1
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])
@@ -190,7 +185,7 @@ def _inline(fn, inputs, name, gm=None):
         with V.fake_mode:
             fakes = [ir_node_to_tensor(x) for x in inputs]
             gm = _tracer(fn)(*fakes)
-    return inline_subgraph_to_ir_nodes(gm, inputs, f"{name}_{next(_COUNTER)}")
+    return inline_subgraph_to_ir_nodes(gm, inputs, f"{name}_{next(STATE.subgraph_names)}")
 
 
 def _output_layout(kind, inputs, kwargs):

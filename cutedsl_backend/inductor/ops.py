@@ -22,6 +22,7 @@ import torch
 from ..configs import GemmConfig
 from ..problem import UnsupportedGemmError
 from .eligibility import DISPATCH
+from .state import STATE
 
 log = logging.getLogger("cutedsl_backend.inductor")
 
@@ -41,7 +42,6 @@ def tensor_names(scaled: bool, bias: bool, residual: bool) -> tuple:
 
 SIGNATURES = [(s, b, r) for s in (False, True) for b in (False, True) for r in (False, True)]
 # fallbacks to the unfused torch computation taken at run time (see _run): tests assert none happen
-fallback_count = 0
 
 
 def normalize_bias(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
@@ -88,8 +88,7 @@ def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, 
     except UnsupportedGemmError as e:
         # The lowering checked these inputs; reaching here means a layout changed after it did.
         # The result stays right: the unfused torch computation, logged.
-        global fallback_count
-        fallback_count += 1
+        STATE.counters["runtime_fallbacks"] += 1
         log.warning("cutedsl %s: %s; running the unfused torch ops instead", op_name(*kind), e)
         return reference(kind, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum)
 

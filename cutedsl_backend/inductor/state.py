@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
+import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -12,6 +15,14 @@ from .eligibility import default_device_arch
 
 # Inductor's op names (the ``op_name`` of InductorChoices.get_template_configs) we offer kernels for
 OPS = ("mm", "addmm", "bmm", "scaled_mm")
+
+
+# what the integration counts in this process (STATE.counters; cutedsl_backend.inductor.stats()):
+# compiled calls that took the unfused torch ops at run time, candidates timed on the device,
+# unfused subgraphs timed beside them, device timings that fell back to Inductor's own, timing
+# sleeps the GPU outran, fused-vs-unfused autotunes and their seconds
+COUNTERS = ("runtime_fallbacks", "device_timed", "subgraphs_timed", "timing_fallbacks", "sleep_outrun",
+            "fused_autotunes", "unfused_subgraph_s", "fused_autotune_s")
 
 
 @dataclass
@@ -26,6 +37,20 @@ class State:
     saved: Optional[dict] = field(default=None, repr=False)
     # compile modes our kernels cannot serve, already logged (choices.unsupported_mode)
     modes_logged: set = field(default_factory=set, repr=False)
+    counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0), repr=False)
+    # our ExternKernelChoice per choice name (choices.extern_choice)
+    extern_choices: dict = field(default_factory=dict, repr=False)
+    # per graph being lowered: (op name, FX node) already offered (tuned_addmm asks the handler up
+    # to three times), and (a, b) buffer-name pairs whose plain candidates are suppressed
+    offered: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
+    suppressed: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
+    # our lowerings per op overload, and the lowerings they replaced (lowering.register/unregister)
+    lowerings: dict = field(default_factory=dict, repr=False)
+    replaced_lowerings: dict = field(default_factory=dict, repr=False)
+    subgraph_names: itertools.count = field(default_factory=itertools.count, repr=False)
+    # decisions read from each decisions file (decisions.get/record), under decisions_lock
+    decisions: dict = field(default_factory=dict, repr=False)
+    decisions_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 STATE = State()

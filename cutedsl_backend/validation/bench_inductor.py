@@ -116,21 +116,19 @@ AB_VARIANTS = {FORCED_LOSS_ATEN: {"CUTEDSL_BENCH_FORCE_UNFUSED": "1"},
                RESIDUAL_LOST: {"CUTEDSL_BENCH_FORCE_UNFUSED": "_res_"}}
 
 
-# choices of ours made to lose (a forced row where none was had nothing to force: see _run_variant)
-FORCED = {"losses": 0}
-
-
 @contextlib.contextmanager
 def _forced_unfused():
     """Under $CUTEDSL_BENCH_FORCE_UNFUSED ("1": all, else a regular expression searched in our
     choices' names): those of our fused autotunes' choices report their device time x
     FORCED_LOSS_FACTOR, so the unfused ops win after the whole autotune ran. Needs the device
-    timing of fused autotunes (the default), where those times are taken."""
+    timing of fused autotunes (the default), where those times are taken. Yields a dict whose
+    "losses" counts the choices made to lose (a forced row where none was forced nothing)."""
     from ..inductor import device_timing
 
+    forced = {"losses": 0}
     which = os.environ.get("CUTEDSL_BENCH_FORCE_UNFUSED", "").strip()
     if which.lower() in ("", "0", "false"):
-        yield
+        yield forced
         return
     pattern = re.compile("" if which == "1" else which)
     install = device_timing.install_on_ours
@@ -139,13 +137,13 @@ def _forced_unfused():
         install(choice, call, kwargs)
         if not pattern.search(getattr(choice, "name", "")):
             return
-        FORCED["losses"] += 1
+        forced["losses"] += 1
         timed = choice.benchmark
         choice.benchmark = lambda *args, out: FORCED_LOSS_FACTOR * timed(*args, out=out)
 
     device_timing.install_on_ours = install_losing
     try:
-        yield
+        yield forced
     finally:
         device_timing.install_on_ours = install
 
@@ -186,7 +184,6 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     from torch._inductor.utils import fresh_cache
 
     import cutedsl_backend.inductor as cbi
-    from cutedsl_backend.inductor import ops as iops
 
     from .bench import _median_ms
 
@@ -199,13 +196,9 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     torch._dynamo.reset()
     winners = _Winners()
     add_feedback_saver(winners)
-    fallbacks0 = iops.fallback_count
-    from ..inductor import device_timing, lowering
-
-    stats0 = dict(compiler.STORE.stats, **lowering.TIMES, **device_timing.COUNTS)
-    forced0 = FORCED["losses"]
+    stats0 = dict(compiler.STORE.stats, **cbi.stats())
     try:
-        with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused():
+        with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused() as forced:
             torch.cuda.synchronize()
             t0 = time.perf_counter()  # enable() is timed too: it starts our workers and loader
             if variant != "aten+triton":
@@ -223,16 +216,17 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     finally:
         cbi.disable()
         clear_feedback_savers()
-    stats1 = dict(compiler.STORE.stats, **lowering.TIMES, **device_timing.COUNTS)
+    stats1 = dict(compiler.STORE.stats, **cbi.stats())
+    fallbacks = stats1.pop("runtime_fallbacks") - stats0["runtime_fallbacks"]
     ours = {k: round(v - stats0[k], 3) for k, v in stats1.items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
     timeline = [(round(t - t0, 3), what, _short(key)) for t, what, key in compiler.STORE.events
                 if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
-           "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": iops.fallback_count - fallbacks0,
+           "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": fallbacks,
            "our_kernel_fetches": ours, "our_timeline": timeline}
     if "CUTEDSL_BENCH_FORCE_UNFUSED" in AB_VARIANTS.get(variant, {}):
-        row["forced_losses"] = FORCED["losses"] - forced0
+        row["forced_losses"] = forced["losses"]
         if not row["forced_losses"]:
             log(f"{name} {variant}: WARNING: no choice of ours was made to lose (no fused autotune ran "
                 "with the device timing): this row is not a forced loss")
@@ -344,7 +338,6 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     from torch._inductor.utils import fresh_cache
 
     import cutedsl_backend.inductor as cbi
-    from cutedsl_backend.inductor import ops as iops
 
     from .bench import _median_ms
 
@@ -372,7 +365,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
         _clear_our_memory_caches()
         torch._dynamo.reset()
-        fallbacks0 = iops.fallback_count
+        fallbacks0 = cbi.stats()["runtime_fallbacks"]
         per_m = {}
         try:
             with fresh_cache(), torch.no_grad():
@@ -394,7 +387,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         finally:
             cbi.disable()
         row = {"block": "silu_mlp_dynamic", "variant": variant, "compile_s": compile_s, "per_m": per_m,
-               "runtime_fallbacks": iops.fallback_count - fallbacks0}
+               "runtime_fallbacks": cbi.stats()["runtime_fallbacks"] - fallbacks0}
         if variant == "aten+triton":
             base = row
         elif base is not None:

@@ -35,13 +35,12 @@ def backend(tmp_path, monkeypatch):
     from torch._inductor.utils import fresh_cache
 
     import cutedsl_backend.inductor as cbi
-    from cutedsl_backend.inductor import ops as iops
 
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "kernels"))
     torch._dynamo.reset()
     winners = Winners()
     add_feedback_saver(winners)
-    before = iops.fallback_count
+    before = cbi.stats()["runtime_fallbacks"]
     with fresh_cache():
         cbi.enable()
         try:
@@ -50,7 +49,7 @@ def backend(tmp_path, monkeypatch):
             cbi.disable()
             clear_feedback_savers()
             torch._dynamo.reset()
-    assert iops.fallback_count == before, "a compiled call took the runtime fallback"
+    assert cbi.stats()["runtime_fallbacks"] == before, "a compiled call took the runtime fallback"
     report = os.environ.get("CUTEDSL_INDUCTOR_WINNERS")
     if report:  # which backend won each GEMM (collected by the device script)
         with open(report, "a") as fh:
@@ -118,9 +117,9 @@ def test_swiglu_block_with_the_gated_kernel(backend, tokens):
 def test_fused_autotune_times_every_candidate_on_the_device(backend):
     """Each fused autotune times ours and the unfused subgraph alike on the device, queued behind
     a GPU sleep (inductor.device_timing), none falling back to Inductor's own timing."""
-    from cutedsl_backend.inductor import device_timing
+    import cutedsl_backend.inductor as cbi
 
-    before = dict(device_timing.COUNTS)
+    before = cbi.stats()
     x, w, b, res = params((2048, 1024), (1024, 1024), (1024,), (2048, 1024))
 
     def fn(x, w, b, res):
@@ -130,9 +129,9 @@ def test_fused_autotune_times_every_candidate_on_the_device(backend):
     check_against_fp64(fn, (x, w, b, res), out)
     fused = [r for r in backend.rows if r[0].startswith("cutedsl_fused_")]
     assert len(fused) == 1, backend.rows
-    ours = device_timing.COUNTS["device_timed"] - before["device_timed"]
-    unfused = device_timing.COUNTS["subgraphs_timed"] - before["subgraphs_timed"]
-    assert device_timing.COUNTS["fallbacks"] == before["fallbacks"]
+    ours = cbi.stats()["device_timed"] - before["device_timed"]
+    unfused = cbi.stats()["subgraphs_timed"] - before["subgraphs_timed"]
+    assert cbi.stats()["timing_fallbacks"] == before["timing_fallbacks"]
     assert ours >= 1 and unfused == 1, (ours, unfused)
 
 

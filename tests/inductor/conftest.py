@@ -42,13 +42,16 @@ def _cpu_kernel(kind):
 _LIB = []
 
 
-def _cpu_gated(a, w_gate, w_up, *, activation, kernel_config=""):
+def _cpu_gated(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
     from cutedsl_backend.epilogue import torch_activation
 
     if kernel_config and kernel_config != DISPATCH:
         GemmConfig.from_name(kernel_config)
-    CALLS.append(("gemm_gated_ab", kernel_config, activation))
+    CALLS.append(("gemm_gated_ab" if bias_gate_up is None else "gemm_gated_ab_bias", kernel_config, activation))
     g, u = a.float() @ w_gate.float().t(), a.float() @ w_up.float().t()
+    if bias_gate_up is not None:
+        n = w_gate.shape[0]
+        g, u = g + bias_gate_up[:n].float(), u + bias_gate_up[n:].float()
     return (torch_activation(activation)(g) * u).to(a.dtype)
 
 
@@ -59,6 +62,7 @@ def cpu_kernels():
     for kind in iops.SIGNATURES:
         torch.library.register_kernel(f"cutedsl::{iops.op_name(*kind)}", "cpu", _cpu_kernel(kind))
     torch.library.register_kernel("cutedsl::gemm_gated_ab", "cpu", _cpu_gated)
+    torch.library.register_kernel("cutedsl::gemm_gated_ab_bias", "cpu", _cpu_gated)
     yield
 
 

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from cutedsl_backend.inductor import decisions  # noqa: E402
+from cutedsl_backend.inductor.state import STATE  # noqa: E402
 
 from .conftest import compile_and_code, rand  # noqa: E402
 
@@ -20,7 +21,7 @@ def entries():
 
 def recompile(fn, *args):
     torch._dynamo.reset()
-    decisions._CACHE.clear()  # as a new process would: read from disk
+    STATE.decisions.clear()  # as a new process would: read from disk
     return compile_and_code(fn, *args)
 
 

@@ -11,11 +11,11 @@ from .conftest import CALLS, as_sm90a, compile_and_code  # noqa: E402
 
 
 class GatedMLP(torch.nn.Module):
-    def __init__(self, act):
+    def __init__(self, act, bias=False):
         super().__init__()
         torch.manual_seed(0)
-        self.gate = torch.nn.Linear(64, 128, bias=False)
-        self.up = torch.nn.Linear(64, 128, bias=False)
+        self.gate = torch.nn.Linear(64, 128, bias=bias)
+        self.up = torch.nn.Linear(64, 128, bias=bias)
         self.act = act
 
     def forward(self, x):
@@ -26,13 +26,14 @@ ACTS = {"silu": torch.nn.functional.silu, "gelu_tanh": lambda t: torch.nn.functi
         "relu": torch.relu}
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
 @pytest.mark.parametrize("act", list(ACTS))
 @pytest.mark.parametrize("shape", [(32, 64), (2, 16, 64)], ids=["2d", "3d"])
-def test_gated_mlp_is_offered_and_matches_eager(inductor, feedback, act, shape):
+def test_gated_mlp_is_offered_and_matches_eager(inductor, feedback, act, shape, bias):
     import cutedsl_backend.inductor as cbi
 
     cbi.enable(device_arch=as_sm90a, gated_mlp=True)
-    model = GatedMLP(ACTS[act]).to(torch.bfloat16)
+    model = GatedMLP(ACTS[act], bias).to(torch.bfloat16)
     x = torch.randn(*shape, dtype=torch.bfloat16)
     with torch.no_grad():
         out, code = compile_and_code(model, x)
@@ -42,8 +43,10 @@ def test_gated_mlp_is_offered_and_matches_eager(inductor, feedback, act, shape):
     assert kernels and all(d.startswith("cutedsl gated sm90a_") for d in kernels), feedback.rounds
     assert any("unfused" in name for name, _ in offered)  # measured against the unfused ops
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    assert all(name.startswith("cutedsl_gemm_gated_bias_") == bias for name, _ in offered
+               if name.startswith("cutedsl_gemm_gated_")), offered
     if "cutedsl_gemm_gated" in code:  # our kernel won the autotune: the generated code calls it
-        assert CALLS[-1][0] == "gemm_gated_ab" and CALLS[-1][2] == act
+        assert CALLS[-1][0] == ("gemm_gated_ab_bias" if bias else "gemm_gated_ab") and CALLS[-1][2] == act
 
 
 def test_not_formed_without_the_opt_in(inductor, feedback):
@@ -71,27 +74,29 @@ def test_not_formed_where_the_gate_is_used_elsewhere(inductor, feedback):
 class FusedGateUp(torch.nn.Module):
     """One (2N, K) weight, gate rows first, split after the GEMM (fused checkpoints)."""
 
-    def __init__(self):
+    def __init__(self, bias=False):
         super().__init__()
         torch.manual_seed(0)
-        self.gate_up = torch.nn.Linear(64, 256, bias=False)
+        self.gate_up = torch.nn.Linear(64, 256, bias=bias)
 
     def forward(self, x):
         g, u = self.gate_up(x).chunk(2, dim=-1)
         return torch.nn.functional.silu(g) * u
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
 @pytest.mark.parametrize("shape", [(32, 64), (2, 16, 64)], ids=["2d", "3d"])
-def test_concatenated_gate_up_weight_is_offered_and_matches_eager(inductor, feedback, shape):
+def test_concatenated_gate_up_weight_is_offered_and_matches_eager(inductor, feedback, shape, bias):
     import cutedsl_backend.inductor as cbi
 
     cbi.enable(device_arch=as_sm90a, gated_mlp=True)
-    model = FusedGateUp().to(torch.bfloat16)
+    model = FusedGateUp(bias).to(torch.bfloat16)
     x = torch.randn(*shape, dtype=torch.bfloat16)
     with torch.no_grad():
         out, _ = compile_and_code(model, x)
         ref = model(x)
-    assert [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm_gated_")], feedback.rounds
+    ours = [c[0] for c in feedback.ours() if c[0].startswith("cutedsl_gemm_gated_")]
+    assert ours and all(name.startswith("cutedsl_gemm_gated_bias_") == bias for name in ours), feedback.rounds
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
 
 

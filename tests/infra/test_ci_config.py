@@ -213,3 +213,20 @@ def test_images_are_built_by_ci_and_run_by_digest():
         assert any("resolve-image.sh" in st.get("run", "") for st in job["steps"])
     resolve = (ROOT / ".github" / "scripts" / "resolve-image.sh").read_text()
     assert "inputs-${INPUTS:0:16}" in resolve and '@$(echo "${digest}"' in resolve
+
+
+def test_base_images_are_pinned_by_digest():
+    """Every FROM of the Dockerfiles names a base image by its sha256 digest (directly or through an
+    ARG whose default does), or an earlier stage of the same file."""
+    for dockerfile in sorted((ROOT / "docker").glob("Dockerfile*")):
+        text = dockerfile.read_text()
+        args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
+        stages = set(re.findall(r"^FROM \S+ AS (\w+)", text, re.M | re.I))
+        froms = re.findall(r"^FROM (\S+)", text, re.M)
+        assert froms, dockerfile
+        for image in froms:
+            ref = re.fullmatch(r"\$\{?(\w+)\}?", image)
+            image = args.get(ref.group(1), image) if ref else image
+            if image in stages:
+                continue
+            assert re.search(r"@sha256:[0-9a-f]{64}$", image), f"{dockerfile.name}: FROM {image} not pinned by digest"

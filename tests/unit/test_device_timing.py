@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import cutedsl_backend.inductor as cbi  # noqa: E402
 from cutedsl_backend.inductor import device_timing  # noqa: E402
 
 
@@ -153,21 +154,21 @@ def _queued(monkeypatch, gate_answers, iters=10, host_ms=0.1):
 
 
 def test_queued_in_time_takes_one_pass(monkeypatch):
-    before = device_timing.COUNTS["sleep_outrun"]
+    before = cbi.stats()["sleep_outrun"]
     fake, calls, times = _queued(monkeypatch, [False])  # the GPU still sleeps: all queued behind it
     assert len(fake.sleeps) == 1 and len(calls) == 10 and times == [0.2] * 10
     assert fake.sleeps[0] == 2.0 * 1000  # the 2 ms floor: 1.5 x 10 x 0.1 ms is less
-    assert device_timing.COUNTS["sleep_outrun"] == before
+    assert cbi.stats()["sleep_outrun"] == before
 
 
 def test_outrun_sleep_is_retried_longer_then_counted(monkeypatch, caplog):
-    before = device_timing.COUNTS["sleep_outrun"]
+    before = cbi.stats()["sleep_outrun"]
     fake, calls, _ = _queued(monkeypatch, [True, False])
     assert len(fake.sleeps) == 2 and fake.sleeps[1] > fake.sleeps[0] and len(calls) == 20
-    assert device_timing.COUNTS["sleep_outrun"] == before
+    assert cbi.stats()["sleep_outrun"] == before
     with caplog.at_level(logging.WARNING, logger="cutedsl_backend.inductor"):
         fake, _, _ = _queued(monkeypatch, [True, True])
-    assert len(fake.sleeps) == 2 and device_timing.COUNTS["sleep_outrun"] == before + 1
+    assert len(fake.sleeps) == 2 and cbi.stats()["sleep_outrun"] == before + 1
     assert "may include host time" in caplog.text
 
 
@@ -188,8 +189,8 @@ def test_subgraph_compile_errors_are_its_own(monkeypatch):
             raise ValueError("lowering failed")
 
     sub = Broken()
-    before = dict(device_timing.COUNTS)
+    before = cbi.stats()
     device_timing.install_on_subgraph(sub)
     with pytest.raises(ValueError, match="lowering failed"):
         sub.benchmark(torch.ones(1), out=None)
-    assert device_timing.COUNTS == before and sub.inductor_calls == 0
+    assert cbi.stats() == before and sub.inductor_calls == 0

@@ -38,3 +38,38 @@ def test_no_import_cycle_among_top_level_modules():
 def test_no_module_over_500_lines():
     over = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if len(p.read_text().splitlines()) > 500}
     assert not over, sorted(over)
+
+
+_MUTATORS = {"append", "update", "add", "setdefault", "pop", "clear", "extend", "insert", "remove", "discard",
+             "popitem"}
+
+
+def test_no_mutable_module_state():
+    """State lives in objects (the kernel store, the plan cache, the Inductor integration's STATE):
+    no function rebinds a module global (``global``) or mutates a module-level dict, list or set
+    in place."""
+    found = []
+    for p in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(p.read_text())
+        names = set()
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            for node in ast.walk(fn):
+                where = f"{p.relative_to(PKG)}:{getattr(node, 'lineno', '?')}"
+                if isinstance(node, ast.Global):
+                    found.append(f"{where} global {', '.join(node.names)}")
+                targets = node.targets if isinstance(node, ast.Assign) else (
+                    [node.target] if isinstance(node, ast.AugAssign) else [])
+                for t in targets:
+                    if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names:
+                        found.append(f"{where} {t.value.id}[...] =")
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id in names):
+                    found.append(f"{where} {node.func.value.id}.{node.func.attr}()")
+    assert not found, found
