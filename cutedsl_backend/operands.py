@@ -15,15 +15,20 @@ from .epilogue import residual_broadcast
 from .problem import (
     VECTOR_ALIGN_BYTES,
     GemmProblem,
+    Operand,
     UnsupportedGemmError,
     arch_for_capability,
+    bias_kind,
     byte_span,
+    check_aligned,
+    check_epilogue_dtype,
     check_problem,
-    check_strides,
     dtype_name,
     has_zero_stride,
+    operand_major,
     overlaps_itself,
     ranges_overlap,
+    scale_kind,
 )
 
 log = logging.getLogger("cutedsl_backend.ops")
@@ -49,16 +54,12 @@ def max_clusters(index: int, cluster_size: int) -> int:
         return max(1, sms // cluster_size)
 
 
-def operand_major(t: torch.Tensor, rows_dim: int, cols_dim: int, row_major: str, col_major: str,
-                   what: str) -> str:
-    """Which of the last two dims is contiguous (unit stride); size-1 dims count as either."""
-    if t.stride(cols_dim) == 1 or t.size(cols_dim) == 1 and t.stride(rows_dim) != 1:
-        return row_major
-    if t.stride(rows_dim) == 1 or t.size(rows_dim) == 1:
-        return col_major
-    raise UnsupportedGemmError(
-        f"layout: {what} needs unit stride on one of its last two dims, got strides {tuple(t.stride())}"
-    )
+def operand(t: torch.Tensor) -> Operand:
+    """The rules' view of a tensor (problem.Operand): its offset is its address in elements (an
+    address that is no multiple of the element size counts as misaligned)."""
+    size = t.element_size()
+    ptr = t.data_ptr()
+    return Operand(tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype), ptr // size if ptr % size == 0 else 1)
 
 
 def as_rcl(t: torch.Tensor, cols_contiguous: bool, align: int) -> torch.Tensor:
@@ -118,21 +119,17 @@ def prepare(a: torch.Tensor, b: torch.Tensor, out_dtype, config, fp8: bool = Fal
     d = dtype_name(a.dtype)
     od = dtype_name(out_dtype) if out_dtype is not None else d
     arch = device_arch(a.device.index if a.device.index is not None else torch.cuda.current_device())
-    a_major = operand_major(a3, 1, 2, "k", "m", "a")
-    b_major = operand_major(b3, 1, 2, "n", "k", "b")
+    a_op, b_op = operand(a3), operand(b3)
+    a_major = operand_major(a_op, "a", "k", "m")
+    b_major = operand_major(b_op, "b", "n", "k")
     bd = dtype_name(b.dtype)
     problem = GemmProblem(m, n, k, batch, d, od, a_major, b_major, arch, packed=False,
                           b_dtype=None if bd == d else bd, fast_accum=bool(fast_accum) and fp8)
     check_problem(problem)
     if not (m and n and k):
         return problem, a3, b3  # nothing is launched: strides of empty operands do not matter
-    for what, t, major_rows in (("a", a3, a_major == "k"), ("b", b3, b_major == "n")):
-        strides = tuple(t.stride())
-        if t.shape[0] == 1:
-            strides = (0,) + strides[1:]
-        check_strides(what, strides, d, 2 if major_rows else 1)
-        if t.data_ptr() % 16:
-            raise UnsupportedGemmError(f"alignment: {what}'s data pointer must be 16-byte aligned")
+    check_aligned(a_op, "a", -1 if a_major == "k" else -2)
+    check_aligned(b_op, "b", -1 if b_major == "n" else -2)
     if config is not None and not isinstance(config, GemmConfig):
         raise UnsupportedGemmError(f"config: expected a GemmConfig, got {type(config).__name__}")
     return problem, a3, b3
@@ -192,19 +189,12 @@ class EpilogueOperands:
         from .epilogue import EpilogueSpec, residual_aligned
 
         m, n, L = problem.m, problem.n, problem.batch
-        out_ok = (problem.out_dtype, "float32")
-        bias_kind = bias_dtype = None
+        b_kind = bias_dtype = None
         if bias is not None:
             check_tensor("bias", bias, device)
-            if tuple(bias.shape) == (n,):
-                bias_kind = "col"
-            elif tuple(bias.shape) == (m, 1):
-                bias_kind = "row"
-            else:
-                raise UnsupportedGemmError(f"bias: shape must be ({n},) or ({m}, 1), got {tuple(bias.shape)}")
+            b_kind = bias_kind(operand(bias), m, n)
             bias_dtype = dtype_name(bias.dtype)
-            if bias_dtype not in out_ok:
-                raise UnsupportedGemmError(f"bias: dtype must be {' or '.join(out_ok)}, got {bias.dtype}")
+            check_epilogue_dtype("bias", bias_dtype, problem.out_dtype)
         res_dtype = None
         if residual is not None:
             check_tensor("residual", residual, device)
@@ -212,17 +202,18 @@ class EpilogueOperands:
                 raise UnsupportedGemmError(
                     f"residual: shape must be ({m}, {n}) or ({L}, {m}, {n}), got {tuple(residual.shape)}")
             res_dtype = dtype_name(residual.dtype)
-            if res_dtype not in out_ok:
-                raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
-        sa_kind = scale_kind("scale_a", scale_a, (m, 1), "row", device)
-        sb_kind = scale_kind("scale_b", scale_b, (1, n), "col", device)
-        for what, t in (("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
-            if t is not None:
-                check_unit_vector(what, t)
+            check_epilogue_dtype("residual", res_dtype, problem.out_dtype)
+        sa_kind = sb_kind = None
+        if scale_a is not None:
+            check_tensor("scale_a", scale_a, device)
+            sa_kind = scale_kind(operand(scale_a), "scale_a", m, n, "row")
+        if scale_b is not None:
+            check_tensor("scale_b", scale_b, device)
+            sb_kind = scale_kind(operand(scale_b), "scale_b", m, n, "col")
         self.bias, self.scale_a, self.scale_b, self.residual = epilogue_views(
             bias, residual, scale_a, scale_b, problem)
         aligned = self.residual is not None and residual_aligned(self.residual, L)
-        self.spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias_dtype or "float32",
+        self.spec = EpilogueSpec(activation=activation, bias=b_kind, bias_dtype=bias_dtype or "float32",
                                  residual=residual is not None, residual_dtype=res_dtype or "float32",
                                  residual_aligned=aligned, scale_a=sa_kind, scale_b=sb_kind)
 
@@ -244,31 +235,11 @@ class EpilogueOperands:
         return tuple(t.data_ptr() for t in self.tensors() if t is not None)
 
 
-def scale_kind(what, t, vector_shape, vector_kind, device):
-    """None, "scalar" (one element: tensorwise) or ``vector_kind`` (rowwise/columnwise)."""
-    if t is None:
-        return None
-    check_tensor(what, t, device)
-    if t.dtype != torch.float32:
-        raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
-    if t.numel() == 1 and t.dim() <= 2:
-        return "scalar"
-    if tuple(t.shape) == vector_shape:
-        return vector_kind
-    raise UnsupportedGemmError(f"{what}: shape must be () or {vector_shape}, got {tuple(t.shape)}")
-
-
 def check_tensor(what, t, device):
     if not isinstance(t, torch.Tensor):
         raise UnsupportedGemmError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device != device:
         raise UnsupportedGemmError(f"device: {what} is on {t.device}, the operands on {device}")
-
-
-def check_unit_vector(what, t):
-    """Vectors are read in place as 1-D unit-stride arrays (``epilogue_views`` makes the view)."""
-    if t.numel() > 1 and t.reshape(-1).stride(0) != 1:
-        raise UnsupportedGemmError(f"layout: {what} must be contiguous")
 
 
 def result_shape(a, b, problem: GemmProblem) -> tuple:

@@ -6,7 +6,7 @@ Pure Python: importing this module imports neither torch nor the CuTe DSL.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 
 class UnsupportedGemmError(ValueError):
@@ -192,17 +192,139 @@ def check_problem(p: GemmProblem) -> None:
             )
 
 
-def check_strides(what: str, strides: tuple, dtype: str, contiguous_dim: int) -> None:
-    """TMA rule for a strided operand: unit stride on ``contiguous_dim``, other strides 16-byte aligned."""
-    align = ALIGN_BYTES * 8 // dtype_bits(dtype)
-    if strides[contiguous_dim] != 1:
-        raise UnsupportedGemmError(f"layout: {what} needs unit stride on one of its last two dims")
-    for i, s in enumerate(strides):
-        if i != contiguous_dim and s % align:
-            raise UnsupportedGemmError(
-                f"alignment: {what} stride {s} (dim {i}) must be a multiple of {align} elements "
-                f"(16 bytes) for TMA"
-            )
+# ---------------------------------------------------------------------------- operand rules
+# Stated once over an Operand (sizes and strides as ints, or as Inductor's symbolic expressions) and
+# a Sizes (what can be known statically about them): the eager API applies them to tensors
+# (operands.py), the Inductor integration to IR nodes and fake tensors (inductor/eligibility.py).
+
+
+@dataclass(frozen=True)
+class Operand:
+    """What the rules need of a tensor: sizes and strides (ints or symbolic), dtype name, and the
+    offset of its first element in elements (eager: its address; Inductor: its storage offset)."""
+
+    shape: tuple
+    stride: tuple
+    dtype: str
+    offset: Any = 0
+
+    @property
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+class Sizes:
+    """Static reasoning about (possibly symbolic) extents: plain ints (``Sizes()``), Inductor's
+    sizevars in a lowering, the fake tensors' shape environment in an FX pass."""
+
+    def __init__(self, sizevars=None):
+        self.sizevars = sizevars
+
+    def hint(self, x) -> int:
+        if self.sizevars is not None:
+            return int(self.sizevars.optimization_hint(x))
+        if isinstance(x, int):
+            return x
+        from torch.fx.experimental.symbolic_shapes import hint_int
+
+        return int(hint_int(x))
+
+    def multiple_of(self, x, k: int) -> bool:
+        if isinstance(x, int):
+            return x % k == 0
+        if self.sizevars is not None:
+            return bool(self.sizevars.statically_known_multiple_of(x, k))
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(x % k == 0))
+
+    def is_static(self, x) -> bool:
+        """True when ``x`` is a plain integer (no free symbols)."""
+        return isinstance(x, int) or not getattr(x, "free_symbols", ())
+
+    def equals(self, x, v: int) -> bool:
+        if isinstance(x, int):
+            return x == v
+        if self.sizevars is not None:
+            return bool(self.sizevars.statically_known_equals(x, v))
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(x == v))
+
+
+CONCRETE = Sizes()
+
+
+def operand_major(t: Operand, what: str, row_major: str, col_major: str, sizes: Sizes = CONCRETE) -> str:
+    """Which of the last two dims is contiguous: ``row_major`` for unit stride along the last (or a
+    last dim of extent 1 when the other has no unit stride), else ``col_major`` for unit stride
+    along the second-to-last (or extent 1 there)."""
+    (rows, cols), (sr, sc) = t.shape[-2:], t.stride[-2:]
+    if sizes.equals(sc, 1) or (sizes.equals(cols, 1) and not sizes.equals(sr, 1)):
+        return row_major
+    if sizes.equals(sr, 1) or sizes.equals(rows, 1):
+        return col_major
+    raise UnsupportedGemmError(f"layout: {what} needs unit stride on one of its last two dims, got strides {t.stride}")
+
+
+def check_aligned(t: Operand, what: str, unit_dim: int, sizes: Sizes = CONCRETE) -> None:
+    """TMA's rule for a strided operand: every stride but the unit one (of a dim of extent > 1: a
+    unit extent's stride is never used) and the start address 16-byte aligned."""
+    elem_bits = dtype_bits(dtype_name(t.dtype))
+    align = ALIGN_BYTES * 8 // elem_bits
+    for i, (extent, s) in enumerate(zip(t.shape, t.stride)):
+        if i == unit_dim % t.dim or sizes.equals(extent, 1):
+            continue
+        if not sizes.multiple_of(s, align):
+            known = "" if sizes.is_static(s) else " statically"  # a symbolic stride: unknown until run time
+            raise UnsupportedGemmError(f"alignment: {what} stride {s} (dim {i}) is not{known} a multiple of {align} "
+                                       "elements (16 bytes), as TMA needs")
+    if not sizes.multiple_of(t.offset, align):
+        raise UnsupportedGemmError(f"alignment: {what} must start at a 16-byte aligned address (element offset "
+                                   f"{t.offset})")
+
+
+def check_epilogue_dtype(what: str, dtype: str, out_dtype: str) -> None:
+    """Bias and residual: the output's dtype or float32."""
+    if dtype not in (out_dtype, "float32"):
+        raise UnsupportedGemmError(f"{what}: dtype must be {out_dtype} or float32, got {dtype}")
+
+
+def bias_kind(t: Operand, m, n, sizes: Sizes = CONCRETE, row_broadcast: bool = False) -> str:
+    """"col" for a (N,) bias (one value per output column), "row" for (M, 1); with ``row_broadcast``
+    (addmm's input in a graph) also (1, N) or a (R, N) whose rows repeat (stride 0). Contiguous
+    along its length: the kernel reads it as a 1-D array."""
+    if t.dim == 1 and sizes.equals(t.shape[0] - n, 0):
+        kind, unit = "col", t.stride[0]
+    elif t.dim == 2 and sizes.equals(t.shape[1], 1) and sizes.equals(t.shape[0] - m, 0):
+        kind, unit = "row", t.stride[0]
+    elif row_broadcast and t.dim == 2 and sizes.equals(t.shape[1] - n, 0) and (
+            sizes.equals(t.shape[0], 1) or sizes.equals(t.stride[0], 0)):
+        kind, unit = "col", t.stride[1]
+    else:
+        raise UnsupportedGemmError(f"bias: shape must be ({n},) or ({m}, 1), got {tuple(t.shape)}")
+    length = n if kind == "col" else m
+    if not sizes.equals(unit, 1) and not sizes.equals(length, 1):
+        raise UnsupportedGemmError("layout: bias must be contiguous along its length")
+    return kind
+
+
+def scale_kind(t: Operand, what: str, m, n, vector: str, sizes: Sizes = CONCRETE) -> str:
+    """FP8 scales: "scalar" (one element: tensorwise) or ``vector`` ("row": (M, 1) for scale_a,
+    "col": (1, N) for scale_b), float32, contiguous along its length."""
+    if t.dtype != "float32":
+        raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
+    numel = 1
+    for s in t.shape:
+        numel = numel * s
+    if t.dim <= 2 and sizes.equals(numel, 1):
+        return "scalar"
+    length, ones, unit = (m, 1, 0) if vector == "row" else (n, 0, 1)
+    if (t.dim == 2 and sizes.equals(t.shape[ones], 1) and sizes.equals(t.shape[1 - ones] - length, 0)
+            and sizes.equals(t.stride[unit], 1)):
+        return vector
+    want = (m, 1) if vector == "row" else (1, n)
+    raise UnsupportedGemmError(f"{what}: shape must be () or {want} and contiguous, got {tuple(t.shape)}")
 
 
 # ---------------------------------------------------------------------------- memory rules

@@ -1,10 +1,11 @@
 """Which GEMMs in an Inductor graph our kernels may take, and with which configs.
 
 One check, :func:`check_gemm`, serves the FX pass (fake tensors) and the lowerings (Inductor IR
-nodes): it reads shapes and strides through a ``Sizes`` adapter, so symbolic (dynamic) extents are
-fine as long as the rules hold for every value they can take (alignment must be statically known:
-no guards are added). It returns an :class:`Offer` (the problem, its epilogue and the configs to
-try) or the reason the GEMM is not offered, which the callers log at DEBUG.
+nodes): it applies the operand rules the eager API applies (problem.py states them once) through
+a ``Sizes`` adapter, so symbolic (dynamic) extents are fine as long as the rules hold for every
+value they can take (alignment must be statically known: no guards are added). It returns an
+:class:`Offer` (the problem, its epilogue and the configs to try) or the reason the GEMM is not
+offered, which the callers log at DEBUG.
 """
 
 from __future__ import annotations
@@ -12,35 +13,28 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from ..configs import GemmConfig, rank_configs
 from ..epilogue import EpilogueSpec
-from ..problem import (
+from ..problem import (  # noqa: F401  (Operand and Sizes: this module's callers use them from here)
     ALIGN_BYTES,
     GemmProblem,
+    Operand,
+    Sizes,
     UnsupportedGemmError,
     arch_for_capability,
+    bias_kind,
+    check_aligned,
+    check_epilogue_dtype,
     check_problem,
     dtype_bits,
     dtype_name,
+    operand_major,
+    scale_kind,
 )
 
 log = logging.getLogger("cutedsl_backend.inductor")
-
-
-@dataclass(frozen=True)
-class Operand:
-    """What the rules need of a tensor: sizes and strides (ints or symbolic), dtype name, offset."""
-
-    shape: tuple
-    stride: tuple
-    dtype: str
-    offset: Any = 0
-
-    @property
-    def dim(self) -> int:
-        return len(self.shape)
 
 
 @dataclass(frozen=True)
@@ -80,45 +74,6 @@ DISPATCH = "dispatch"
 DISPATCH_BUCKETS_M = (1, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096, 16384)
 
 
-class Sizes:
-    """Static reasoning about (possibly symbolic) extents: Inductor's sizevars in a lowering,
-    the fake tensors' shape environment in an FX pass."""
-
-    def __init__(self, sizevars=None):
-        self.sizevars = sizevars
-
-    def hint(self, x) -> int:
-        if self.sizevars is not None:
-            return int(self.sizevars.optimization_hint(x))
-        if isinstance(x, int):
-            return x
-        from torch.fx.experimental.symbolic_shapes import hint_int
-
-        return int(hint_int(x))
-
-    def multiple_of(self, x, k: int) -> bool:
-        if isinstance(x, int):
-            return x % k == 0
-        if self.sizevars is not None:
-            return bool(self.sizevars.statically_known_multiple_of(x, k))
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-        return bool(statically_known_true(x % k == 0))
-
-    def is_static(self, x) -> bool:
-        """True when ``x`` is a plain integer (no free symbols)."""
-        return isinstance(x, int) or not getattr(x, "free_symbols", ())
-
-    def equals(self, x, v: int) -> bool:
-        if isinstance(x, int):
-            return x == v
-        if self.sizevars is not None:
-            return bool(self.sizevars.statically_known_equals(x, v))
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-        return bool(statically_known_true(x == v))
-
-
 def default_device_arch(device) -> str:
     """The kernel target of a device: CUDA compute capability 9.0 -> sm90a, 10.x -> sm100a."""
     if device.type != "cuda":
@@ -142,57 +97,6 @@ def num_sms(device) -> int:
     return _num_sms(device.type, device.index if device.index is not None else 0)
 
 
-def _major(t: Operand, sizes: Sizes, what: str, row_major: str, col_major: str) -> str:
-    """Which of the last two dims has unit stride (statically)."""
-    if sizes.equals(t.stride[-1], 1):
-        return row_major
-    if sizes.equals(t.stride[-2], 1):
-        return col_major
-    raise UnsupportedGemmError(f"layout: {what} has no statically unit stride in its last two dims")
-
-
-def _check_aligned(t: Operand, sizes: Sizes, what: str, unit_dim: int) -> None:
-    align = ALIGN_BYTES * 8 // dtype_bits(t.dtype)
-    for i, (extent, s) in enumerate(zip(t.shape, t.stride)):
-        if i == unit_dim or sizes.equals(extent, 1):
-            continue  # a size-1 dim's stride is never used
-        if not sizes.multiple_of(s, align):
-            raise UnsupportedGemmError(
-                f"alignment: {what} stride {s} (dim {i}) is not statically a multiple of {align} elements (16 B)")
-    if not sizes.multiple_of(t.offset, align):
-        raise UnsupportedGemmError(f"alignment: {what} starts at offset {t.offset}, not a multiple of 16 bytes")
-
-
-def _bias_kind(bias: Operand, m, n, sizes: Sizes) -> str:
-    if bias.dim == 1 and sizes.equals(bias.shape[0] - n, 0):
-        kind = "col"
-    elif bias.dim == 2 and sizes.equals(bias.shape[1] - n, 0) and (
-            sizes.equals(bias.shape[0], 1) or sizes.equals(bias.stride[0], 0)):
-        kind = "col"
-    elif bias.dim == 2 and sizes.equals(bias.shape[1], 1) and sizes.equals(bias.shape[0] - m, 0):
-        kind = "row"
-    else:
-        raise UnsupportedGemmError(f"bias: shape {bias.shape} is neither (N,) nor (M, 1)")
-    unit = bias.stride[-1] if kind == "col" else bias.stride[0]
-    if not sizes.equals(unit, 1) and not sizes.equals(bias.shape[-1 if kind == "col" else 0], 1):
-        raise UnsupportedGemmError("layout: bias must be contiguous along its length")
-    return kind
-
-
-def _scale_kind(scale: Operand, vector: str, sizes: Sizes, what: str) -> str:
-    if scale.dtype != "float32":
-        raise UnsupportedGemmError(f"{what}: dtype must be float32, got {scale.dtype}")
-    numel = 1
-    for s in scale.shape:
-        numel = numel * s
-    if sizes.equals(numel, 1):
-        return "scalar"
-    other = 1 if vector == "row" else 0
-    if scale.dim == 2 and sizes.equals(scale.shape[other], 1) and sizes.equals(scale.stride[1 - other], 1):
-        return vector
-    raise UnsupportedGemmError(f"{what}: shape {scale.shape} is neither one element nor a contiguous vector")
-
-
 def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Optional[str] = None,
                bias: Optional[Operand] = None, residual: Optional[Operand] = None,
                scale_a: Optional[Operand] = None, scale_b: Optional[Operand] = None,
@@ -211,10 +115,10 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     n = b.shape[-1]
     if not sizes.equals(b.shape[-2] - k, 0):
         raise UnsupportedGemmError(f"shape: a is {a.shape}, b is {b.shape}")
-    a_major = _major(a, sizes, "a", "k", "m")
-    b_major = _major(b, sizes, "b", "n", "k")
-    _check_aligned(a, sizes, "a", a.dim - 1 if a_major == "k" else a.dim - 2)
-    _check_aligned(b, sizes, "b", b.dim - 1 if b_major == "n" else b.dim - 2)
+    a_major = operand_major(a, "a", "k", "m", sizes)
+    b_major = operand_major(b, "b", "n", "k", sizes)
+    check_aligned(a, "a", -1 if a_major == "k" else -2, sizes)
+    check_aligned(b, "b", -1 if b_major == "n" else -2, sizes)
     if not sizes.multiple_of(n, ALIGN_BYTES * 8 // dtype_bits(od)):
         raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 16 bytes of {od} (output rows)")
     hm, hn, hk = sizes.hint(m), sizes.hint(n), sizes.hint(k)
@@ -224,29 +128,26 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     problem = GemmProblem(hm, hn, hk, batch, d, od, a_major, b_major, arch, packed=False,
                           b_dtype=None if bd == d else bd, fast_accum=bool(fast_accum) and fp8)
     check_problem(problem)
-    out_ok = (od, "float32")
-    bias_kind = res_dtype = None
+    b_kind = res_dtype = None
     res_aligned = False
     if bias is not None:
-        bias_kind = _bias_kind(bias, m, n, sizes)
-        if bias.dtype not in out_ok:
-            raise UnsupportedGemmError(f"bias: dtype must be {' or '.join(out_ok)}, got {bias.dtype}")
+        b_kind = bias_kind(bias, m, n, sizes, row_broadcast=True)
+        check_epilogue_dtype("bias", bias.dtype, od)
     if residual is not None:
         if residual.dim not in (2, a.dim) or not (sizes.equals(residual.shape[-1] - n, 0)
                                                   and sizes.equals(residual.shape[-2] - m, 0)):
             raise UnsupportedGemmError(f"residual: shape {residual.shape} is not (M, N) or (L, M, N)")
         if not sizes.equals(residual.stride[-1], 1):
             raise UnsupportedGemmError("layout: residual needs unit stride along N")
-        if residual.dtype not in out_ok:
-            raise UnsupportedGemmError(f"residual: dtype must be {' or '.join(out_ok)}, got {residual.dtype}")
+        check_epilogue_dtype("residual", residual.dtype, od)
         res_dtype = residual.dtype
         if _residual_broadcast(residual, a, m, sizes):
             raise UnsupportedGemmError("residual: broadcast over rows or batches (a zero stride) is not fused "
                                        "(problem.py's memory rules)")
         res_aligned = _residual_aligned(residual, a.dim, sizes)
-    sa = _scale_kind(scale_a, "row", sizes, "scale_a") if scale_a is not None else None
-    sb = _scale_kind(scale_b, "col", sizes, "scale_b") if scale_b is not None else None
-    spec = EpilogueSpec(activation=activation, bias=bias_kind, bias_dtype=bias.dtype if bias else "float32",
+    sa = scale_kind(scale_a, "scale_a", m, n, "row", sizes) if scale_a is not None else None
+    sb = scale_kind(scale_b, "scale_b", m, n, "col", sizes) if scale_b is not None else None
+    spec = EpilogueSpec(activation=activation, bias=b_kind, bias_dtype=bias.dtype if bias else "float32",
                         residual=residual is not None, residual_dtype=res_dtype or "float32",
                         residual_aligned=res_aligned, scale_a=sa,
                         scale_b=sb)

@@ -295,9 +295,9 @@ def offer(inputs, activation: str, device, sizes):
     """(problem at the hint, spec, configs, dynamic) for the gated GEMM of ``inputs`` (IR nodes),
     or raises UnsupportedGemmError naming the rule."""
     from ..configs import rank_configs
-    from ..problem import GemmProblem
+    from ..problem import GemmProblem, check_aligned, operand_major
     from .choices import device_arch
-    from .eligibility import _check_aligned, _major, num_sms, operand_from_ir
+    from .eligibility import num_sms, operand_from_ir
     from .state import STATE
 
     a, wg, wu, *bias = (operand_from_ir(x) for x in inputs)
@@ -307,15 +307,15 @@ def offer(inputs, activation: str, device, sizes):
     if dt not in ("bfloat16", "float16") or wg.dtype != a.dtype or wu.dtype != a.dtype:
         raise UnsupportedGemmError(f"dtype: 16-bit operands of one dtype, got {a.dtype}, {wg.dtype}, {wu.dtype}")
     for what, t in (("w_gate", wg), ("w_up", wu)):
-        if _major(t, sizes, what, "k", "n") != "k":
+        if operand_major(t, what, "k", "n", sizes) != "k":
             raise UnsupportedGemmError(f"layout: {what} must be K-contiguous ((N, K) row-major)")
-        _check_aligned(t, sizes, what, 1)
+        check_aligned(t, what, 1, sizes)
     m, k = a.shape
     n = wg.shape[0]
     if not sizes.multiple_of(n, 8):
         raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
-    a_major = _major(a, sizes, "a", "k", "m")
-    _check_aligned(a, sizes, "a", 1 if a_major == "k" else 0)
+    a_major = operand_major(a, "a", "k", "m", sizes)
+    check_aligned(a, "a", 1 if a_major == "k" else 0, sizes)
     bias_dtype = "float32"
     if bias:
         (b,) = bias

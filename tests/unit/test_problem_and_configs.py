@@ -17,10 +17,15 @@ from cutedsl_backend.configs import (
 )
 from cutedsl_backend.problem import (
     GemmProblem,
+    Operand,
     UnsupportedGemmError,
     arch_for_capability,
-    check_strides,
+    bias_kind,
+    check_aligned,
+    check_epilogue_dtype,
     make_problem,
+    operand_major,
+    scale_kind,
 )
 
 
@@ -55,11 +60,61 @@ def test_good_problems():
 
 
 def test_strided_rules():
-    check_strides("a", (0, 1040, 1), "bfloat16", 2)
-    with pytest.raises(UnsupportedGemmError, match="alignment"):
-        check_strides("a", (0, 1001, 1), "bfloat16", 2)
+    """The operand rules the eager API and Inductor share (problem.py), on concrete sizes."""
+    a = Operand((1, 64, 1040), (0, 1040, 1), "bfloat16", 0)
+    assert operand_major(a, "a", "k", "m") == "k"
+    check_aligned(a, "a", -1)
+    with pytest.raises(UnsupportedGemmError, match="alignment: a stride 1001"):
+        check_aligned(Operand((2, 64, 1001), (64 * 1001, 1001, 1), "bfloat16", 0), "a", -1)
     with pytest.raises(UnsupportedGemmError, match="unit stride"):
-        check_strides("a", (0, 8, 2), "bfloat16", 2)
+        operand_major(Operand((1, 8, 8), (0, 8, 2), "bfloat16"), "a", "k", "m")
+    with pytest.raises(UnsupportedGemmError, match="16-byte aligned address"):
+        check_aligned(Operand((64, 1040), (1040, 1), "bfloat16", 4), "a", -1)
+    # extent 1: its stride is never used (either major; not an alignment question)
+    assert operand_major(Operand((1, 512), (3, 1), "float16"), "a", "k", "m") == "k"
+    assert operand_major(Operand((512, 1), (1, 3), "float16"), "b", "n", "k") == "k"
+    check_aligned(Operand((1, 512), (3, 1), "float16"), "a", -1)
+    # column-major: the unit stride is the second-to-last
+    assert operand_major(Operand((64, 32), (1, 64), "float16"), "a", "k", "m") == "m"
+
+
+def test_epilogue_operand_rules():
+    m, n = 64, 48
+    assert bias_kind(Operand((n,), (1,), "bfloat16"), m, n) == "col"
+    assert bias_kind(Operand((m, 1), (1, 1), "float32"), m, n) == "row"
+    with pytest.raises(UnsupportedGemmError, match="bias: shape"):
+        bias_kind(Operand((1, n), (n, 1), "bfloat16"), m, n)  # eager: (N,) or (M, 1)
+    assert bias_kind(Operand((1, n), (n, 1), "bfloat16"), m, n, row_broadcast=True) == "col"  # addmm's input
+    assert bias_kind(Operand((m, n), (0, 1), "bfloat16"), m, n, row_broadcast=True) == "col"
+    with pytest.raises(UnsupportedGemmError, match="contiguous"):
+        bias_kind(Operand((n,), (2,), "bfloat16"), m, n)
+    check_epilogue_dtype("bias", "float32", "bfloat16")
+    with pytest.raises(UnsupportedGemmError, match="bias: dtype must be bfloat16 or float32"):
+        check_epilogue_dtype("bias", "float16", "bfloat16")
+    assert scale_kind(Operand((), (), "float32"), "scale_a", m, n, "row") == "scalar"
+    assert scale_kind(Operand((1, 1), (1, 1), "float32"), "scale_b", m, n, "col") == "scalar"
+    assert scale_kind(Operand((m, 1), (1, 1), "float32"), "scale_a", m, n, "row") == "row"
+    assert scale_kind(Operand((1, n), (n, 1), "float32"), "scale_b", m, n, "col") == "col"
+    with pytest.raises(UnsupportedGemmError, match="scale_a: shape"):
+        scale_kind(Operand((1, n), (n, 1), "float32"), "scale_a", m, n, "row")  # a column scale as A's
+    with pytest.raises(UnsupportedGemmError, match="scale_b: dtype"):
+        scale_kind(Operand((1, n), (n, 1), "bfloat16"), "scale_b", m, n, "col")
+
+
+def test_operand_rules_on_symbolic_sizes():
+    """The same rules through Inductor's symbolic extents: alignment must hold for every value."""
+    sympy = pytest.importorskip("sympy")
+    from cutedsl_backend.problem import Sizes
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    sizes = Sizes()
+    a = Operand((s0, 4096), (4096, 1), "bfloat16", 0)
+    assert operand_major(a, "a", "k", "m", sizes) == "k"
+    check_aligned(a, "a", -1, sizes)
+    with pytest.raises(UnsupportedGemmError, match="alignment"):
+        check_aligned(Operand((64, s0), (s0, 1), "bfloat16", 0), "a", -1, sizes)  # a dynamic row stride
+    check_aligned(Operand((64, 8 * s0), (8 * s0, 1), "bfloat16", 0), "a", -1, sizes)
+    assert bias_kind(Operand((s0,), (1,), "float32"), 64, s0, sizes) == "col"
 
 
 @pytest.mark.parametrize("cap, arch", [((9, 0), "sm90a"), ((10, 0), "sm100a"), ((10, 3), "sm100a")])
