@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
                         "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
     sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
-    sd.add_argument("--space", default="decode", choices=["decode", "mid"],
-                    help="the candidates: few-token (split-K, short A loads) or a few hundred tokens")
+    sd.add_argument("--space", default="decode", choices=["decode", "mid", "swap"],
+                    help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
     sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     sd.add_argument("--json", help="write the rows here")
     pp = sub.add_parser("probe-power", help="ours and the peers sustained: TFLOP/s, SM clock, board power, "

@@ -27,11 +27,12 @@ def cutlass_dtype(name: str):
 
 
 def fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
-    """Fake arguments of the kernel's host function: A (M,K,L), B (N,K,L), C (M,N,L) with dynamic
-    extents and dynamic 16B-aligned strides; the epilogue's vectors (dynamic length, unit stride)
-    and residual (M,N,L: unit stride along N, other strides any, or 16-byte aligned when the spec
-    says so) where the spec has them, else None; with split-K the fp32 workspace and int32
-    counters (dynamic length, unit stride), else None."""
+    """Fake arguments of the kernel's host function: A (M,K,L), B (N,K,L), C (M,N,L; N- or, for a
+    swap-AB launch, M-contiguous) with dynamic extents and dynamic 16B-aligned strides; the
+    epilogue's vectors (dynamic length, unit stride) and residual (M,N,L: unit stride along N,
+    other strides any, or 16-byte aligned when the spec says so) where the spec has them, else
+    None; with split-K the fp32 workspace and int32 counters (dynamic length, unit stride), else
+    None."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Float32
@@ -54,7 +55,7 @@ def fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
 
     a = make_fake_tensor(in_t, (m, k, l), strides(problem.a_major == "m", in_align), assumed_align=16)
     b = make_fake_tensor(in_b, (n, k, l), strides(problem.b_major == "n", in_align), assumed_align=16)
-    c = make_fake_tensor(out_t, (m, n, l), strides(False, out_align), assumed_align=16)
+    c = make_fake_tensor(out_t, (m, n, l), strides(problem.c_major == "m", out_align), assumed_align=16)
     e = epilogue
     bias = vector(e.bias_dtype) if e.bias else None
     sa = vector("float32") if e.scale_a else None

@@ -69,11 +69,12 @@ class KernelKey:
     fast_accum: bool
     config: GemmConfig
     epilogue: "EpilogueSpec"
+    c_major: str = "n"
 
     @classmethod
     def of(cls, problem: GemmProblem, config: GemmConfig, epilogue: "EpilogueSpec") -> "KernelKey":
         return cls(problem.arch, problem.dtype, problem.dtype_b, problem.out_dtype, problem.a_major,
-                   problem.b_major, problem.fast_accum, config, epilogue)
+                   problem.b_major, problem.fast_accum, config, epilogue, problem.c_major)
 
     @functools.cached_property
     def digest(self) -> str:
@@ -82,6 +83,8 @@ class KernelKey:
             "dtype": self.dtype, "b_dtype": self.b_dtype, "fast_accum": self.fast_accum, "out": self.out_dtype,
             "a_major": self.a_major, "b_major": self.b_major, "epi": self.epilogue.key(),
         }
+        if self.c_major != "n":  # (absent for row-major outputs: their digests predate the field)
+            parts["c_major"] = self.c_major
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

@@ -178,7 +178,7 @@ def kernel_views(problem: GemmProblem, a3, bt, out3):
     """The (M,K,L), (N,K,L), (M,N,L) torch views the compiled function takes."""
     in_align = 16 // a3.element_size()
     return (as_rcl(a3, problem.a_major == "k", in_align), as_rcl(bt, problem.b_major == "k", in_align),
-            as_rcl(out3, True, 16 // out3.element_size()))
+            as_rcl(out3, problem.c_major == "n", 16 // out3.element_size()))
 
 
 class EpilogueOperands:

@@ -42,10 +42,14 @@ def epilogue_key(bias, residual, activation, scale_a, scale_b):
 
 class Plan:
     """What an eager call needs that depends only on the operands' geometry, validated once:
-    the kernel, its argument structs, the result's shape. Calls of the same geometry reuse it."""
+    the kernel, its argument structs, the result's shape. Calls of the same geometry reuse it.
+    A swap-AB plan (``swap``) holds the kernel's view (see :func:`swapped_view`) and exchanges
+    the call's a and b, and its two scales, when it launches."""
 
-    def __init__(self, problem: GemmProblem, kernel, a3, b3, out3, result_shape, device, epi: EpilogueOperands):
+    def __init__(self, problem: GemmProblem, kernel, a3, b3, out3, result_shape, device, epi: EpilogueOperands,
+                 swap: bool = False):
         self.problem = problem
+        self.swap = swap
         self.kernel = kernel
         self.device = device
         self.shape3 = tuple(out3.shape)
@@ -53,13 +57,14 @@ class Plan:
         self.result_shape = result_shape
         self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
         self.b_geo = (tuple(b3.shape), tuple(b3.stride()))
+        self.out_geo = (tuple(out3.shape), tuple(out3.stride()))
         # byte spans of the inputs (fixed by the geometry): an ``out`` given per call is checked
         # against them (problem.py's memory rules)
         self.in_spans = tuple(None if r is None else r[1] for r in memory_ranges(a3, b3, *epi.tensors()))
         self.out_span = byte_span(out3.shape, out3.stride(), out3.element_size())
         # an output TMA cannot write (N * element size not a multiple of 16 bytes, e.g. N = 1):
         # the kernel writes a buffer with padded rows, copied into the result after the launch
-        self.staged = not tma_writable(out3)
+        self.staged = not tma_writable(out3 if problem.c_major == "n" else out3.transpose(1, 2))
         if self.staged:
             L, M, N = out3.shape
             pad = -(-N * out3.element_size() // 16) * 16 // out3.element_size()
@@ -68,7 +73,7 @@ class Plan:
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
         descs = [descriptor(a3, problem.a_major == "k", in_align), descriptor(bt, problem.b_major == "k", in_align),
-                 descriptor(out3, True, 16 // out3.element_size())]
+                 descriptor(out3, problem.c_major == "n", 16 // out3.element_size())]
         descs += epi.descs()
         cfg = kernel.config
         # split-K: the workspace's sizes (fixed by the geometry); its buffers are per stream
@@ -81,6 +86,10 @@ class Plan:
         self.has_vectors = epi.bias is not None or epi.scale_a is not None or epi.scale_b is not None
 
     def run(self, a, b, out, epi_ops, alpha, beta):
+        if self.swap:  # the kernel's A is b^T and its B a^T; its row scales are b's, its column scales a's
+            a, b = b, a
+            if epi_ops is not NO_EPILOGUE:
+                epi_ops = (epi_ops[0], epi_ops[2], epi_ops[1], epi_ops[3])
         fresh = out is None
         dest = out
         if self.staged:
@@ -123,7 +132,7 @@ class Plan:
         split = (None, None) if work is None else (work[0][:self.split_sizes[1]], work[1][:self.split_sizes[0]])
         vectors = tuple(None if t is None else t.detach().reshape(-1) for t in epi_ops[:3])
         res = None if epi_ops[3] is None else epi_ops[3].detach()
-        views = kernel_views(self.problem, a3, b3.transpose(1, 2), out.detach().view(self.shape3))
+        views = kernel_views(self.problem, a3, b3.transpose(1, 2), out.detach().as_strided(*self.out_geo))
         return views + vectors + (res,) + split
 
 
@@ -137,11 +146,43 @@ raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getC
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
+def swapped_view(problem: GemmProblem, a3, b3, out3, epi: EpilogueOperands, epi_args, device) -> tuple:
+    """The kernel's view of a swap-AB launch (GemmConfig.swap_ab), out^T = b^T @ a^T:
+    (problem.swapped(), b3^T as its A, a3^T as its B, out3^T (column-major), its epilogue operands:
+    a column bias becomes a row bias and back, scale_a the column scales, scale_b the row scales)."""
+    bias, residual, activation, scale_a, scale_b = epi_args
+    if residual is not None:
+        raise UnsupportedGemmError("swap_ab: takes no residual (its output is transposed)")
+    if not tma_writable(out3):
+        raise UnsupportedGemmError("swap_ab: the output's rows must be 16-byte aligned (N x element size a multiple "
+                                   "of 16 bytes), written in place")
+    m, n, spec = problem.m, problem.n, epi.spec
+    kbias = None if bias is None else bias.reshape(n, 1) if spec.bias == "col" else bias.reshape(m)
+    kscale_a = None if scale_b is None else scale_b.reshape(n, 1) if spec.scale_b == "col" else scale_b
+    kscale_b = None if scale_a is None else scale_a.reshape(1, m) if spec.scale_a == "row" else scale_a
+    kproblem = problem.swapped()
+    kepi = EpilogueOperands(kproblem, device, kbias, None, activation, kscale_a, kscale_b)
+    return kproblem, b3.transpose(1, 2), a3.transpose(1, 2), out3.transpose(1, 2), kepi
+
+
+def planned(problem: GemmProblem, config, a3, b3, out3, result_shape, device, epi: EpilogueOperands,
+            epi_args) -> Plan:
+    """The Plan of a validated call: the config (the heuristic's pick when None), and a swap-AB
+    plan where the config says so."""
+    from .compiler import get_kernel
+    from .configs import default_config
+
+    cfg = config or default_config(problem, epilogue=epi.spec)
+    if cfg.swap_ab:
+        kproblem, ka3, kb3, kout3, kepi = swapped_view(problem, a3, b3, out3, epi, epi_args, device)
+        return Plan(kproblem, get_kernel(kproblem, cfg, kepi.spec), ka3, kb3, kout3, result_shape, device, kepi,
+                    swap=True)
+    return Plan(problem, get_kernel(problem, cfg, epi.spec), a3, b3, out3, result_shape, device, epi)
+
+
 def make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> Optional[Plan]:
     """Validate a call. A Plan, or None when the call needs the general path (empty problems,
     K == 0, a batch-broadcast operand that has to be materialized)."""
-    from .compiler import get_kernel
-
     problem, a3, b3 = prepare(a, b, out_dtype, config, bool(fp8), fp8 == "fast")
     epi = EpilogueOperands(problem, a.device, *epi_args)
     out_t = getattr(torch, problem.out_dtype)
@@ -153,13 +194,11 @@ def make_plan(a, b, out_dtype, config, out, epi_args, fp8=False) -> Optional[Pla
         return None
     if out3 is None:
         out3 = torch.empty(shape3, dtype=out_t, device=a.device)
-    return Plan(problem, get_kernel(problem, config, epi.spec), a3, b3, out3, result_shape(a, b, problem),
-                a.device, epi)
+    return planned(problem, config, a3, b3, out3, result_shape(a, b, problem), a.device, epi, epi_args)
 
 
 def gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False):
     """Calls without a plan: empty results, K == 0, materialized batch broadcasts."""
-    from .compiler import get_kernel
     from .epilogue import reference
 
     problem, a3, b3 = prepare(a, b, out_dtype, config, bool(fp8), fp8 == "fast")
@@ -180,8 +219,7 @@ def gemm_general(a, b, out_dtype, config, out, epi_args, alpha, beta, fp8=False)
                             beta=beta, activation=activation, scale_a=scale_a, scale_b=scale_b)
             out3.copy_(val)
         else:
-            kernel = get_kernel(problem, config, epi.spec)
-            plan = Plan(problem, kernel, a3, b3, out3, shape3, a.device, epi)
+            plan = planned(problem, config, a3, b3, out3, shape3, a.device, epi, epi_args)
             plan.run(a3, b3, out3, epi.tensors(), alpha, beta)  # a staged plan copies into out3
     return out if out is not None else out3.view(result_shape(a, b, problem))
 

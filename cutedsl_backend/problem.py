@@ -83,6 +83,8 @@ class GemmProblem:
 
     ``a_major``: "k" (a row-major, K contiguous) or "m" (column-major).
     ``b_major``: "n" (b row-major, N contiguous) or "k" (column-major, i.e. a transposed view).
+    ``c_major``: "n" (out row-major, the API's result) or "m" (column-major: the kernel's view of
+    a swap-AB launch, which computes out^T = b^T @ a^T, see :meth:`swapped`).
     """
 
     m: int
@@ -101,6 +103,16 @@ class GemmProblem:
     # fp8 only: accumulate in the tensor cores' reduced-precision fp8 accumulator across the
     # whole K (torch._scaled_mm's use_fast_accum=True); False adds every k-tile into fp32
     fast_accum: bool = False
+    c_major: str = "n"
+
+    def swapped(self) -> "GemmProblem":
+        """The problem of out^T = b^T @ a^T, as a swap-AB launch hands it to the kernel: M and N
+        exchanged, b^T as its A (K-major when b is), a^T as its B (K-major when a is), and the
+        output column-major (out^T's columns are out's rows)."""
+        return GemmProblem(self.n, self.m, self.k, self.batch, self.dtype_b, self.out_dtype,
+                           "k" if self.b_major == "k" else "m", "k" if self.a_major == "k" else "n", self.arch,
+                           self.packed, None if self.b_dtype is None else self.dtype, self.fast_accum,
+                           "m" if self.c_major == "n" else "n")
 
     @property
     def fp8(self) -> bool:
@@ -119,6 +131,7 @@ class GemmProblem:
         return (
             f"{self.arch} {self.dtype}{b}->{self.out_dtype} M={self.m} N={self.n} K={self.k} "
             f"L={self.batch} a_major={self.a_major} b_major={self.b_major}"
+            + (f" c_major={self.c_major}" if self.c_major != "n" else "")
         )
 
     @property
@@ -177,6 +190,8 @@ def check_problem(p: GemmProblem) -> None:
         raise UnsupportedGemmError(f"layout: a_major must be one of {MAJORS_A}, got {p.a_major!r}")
     if p.b_major not in MAJORS_B:
         raise UnsupportedGemmError(f"layout: b_major must be one of {MAJORS_B}, got {p.b_major!r}")
+    if p.c_major not in ("n", "m"):
+        raise UnsupportedGemmError(f"layout: c_major must be 'n' or 'm', got {p.c_major!r}")
     if not p.packed:
         return
     # The contiguous extent of each operand sets its leading stride for a packed tensor.
@@ -184,7 +199,8 @@ def check_problem(p: GemmProblem) -> None:
     out_align = ALIGN_BYTES * 8 // dtype_bits(p.out_dtype)
     lead_a = p.k if p.a_major == "k" else p.m
     lead_b = p.n if p.b_major == "n" else p.k
-    for what, extent, align in (("A", lead_a, in_align), ("B", lead_b, in_align), ("out", p.n, out_align)):
+    lead_c = p.n if p.c_major == "n" else p.m
+    for what, extent, align in (("A", lead_a, in_align), ("B", lead_b, in_align), ("out", lead_c, out_align)):
         if extent % align:
             raise UnsupportedGemmError(
                 f"alignment: the contiguous extent of {what} ({extent}) must be a multiple of "

@@ -12,11 +12,12 @@ from ..problem import UnsupportedGemmError, dtype_bits
 
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
-_NAME_FORM = "<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>][_a<rows>]"
+_NAME_FORM = ("<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>]"
+              "[_a<rows>][_swap]")
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
-    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?")
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?")
 # split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
 # workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
 MAX_SPLITS = 16
@@ -47,6 +48,11 @@ class GemmConfig:
       most ``a_rows``: the rows past M would otherwise be filled out of bounds, load after load
       (TMA's out-of-bounds fill measured slow on the H200); the rows never loaded feed only
       output rows past M, which are never stored. sm90a, K-major A.
+    - ``swap_ab``: compute out^T = b^T @ a^T (GemmProblem.swapped): the weights fill the tile's M
+      side (64-row WGMMAs) and the tokens its N side, which takes any multiple of 8 (a few hundred
+      tokens in one tile, no rows wasted); the kernel stores the column-major out^T, which is the
+      row-major out. The tile and cluster fields then describe the swapped problem. sm90a (sm100a:
+      compile-verified).
     """
 
     tile_m: int = 128
@@ -62,6 +68,7 @@ class GemmConfig:
     two_cta: bool = False
     splits: int = 1
     a_rows: int = 0
+    swap_ab: bool = False
 
     @property
     def name(self) -> str:
@@ -70,17 +77,18 @@ class GemmConfig:
             f"_c{self.cluster_m}x{self.cluster_n}_s{self.stages or 'auto'}_r{self.raster}{self.group}"
         )
         return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
-            f"_a{self.a_rows}" if self.a_rows else "")
+            f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "")
 
     def key(self) -> tuple:
-        return dataclasses.astuple(self)
+        t = dataclasses.astuple(self)
+        return t if self.swap_ab else t[:-1]  # (without swap_ab: the keys that predate the field)
 
     @property
     def shape(self) -> tuple:
         """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
         stages and tile_k aside; those variants measure within a few percent of each other)."""
         return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta, self.splits,
-                self.a_rows)
+                self.a_rows, self.swap_ab)
 
     @classmethod
     def from_name(cls, name: str) -> "GemmConfig":
@@ -94,7 +102,7 @@ class GemmConfig:
         return cls(tile_m=int(g["tm"]), tile_n=int(g["tn"]), tile_k=auto(g["tk"]), cluster_m=int(g["cm"]),
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
                    group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
-                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0))
+                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)

@@ -24,6 +24,7 @@ class ArchFamily:
     tma_residual: bool = False  # a 16-byte aligned residual is loaded by TMA (else gathered)
     split_k: bool = False  # the kernel takes K slices (GemmConfig.splits)
     short_a_loads: bool = False  # the kernel loads only GemmConfig.a_rows rows of A
+    swap_ab: bool = False  # the kernel stores a column-major output (GemmConfig.swap_ab)
     gated: bool = False  # the kernel takes the gated epilogue (EpilogueSpec.gated)
     min_tile_n: int = 2 * EPI_TILE_N
 

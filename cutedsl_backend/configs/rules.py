@@ -45,6 +45,14 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         if problem.m > cfg.a_rows:
             raise UnsupportedGemmError(
                 f"a_rows {cfg.a_rows}: the problem's M={problem.m} is larger (rows past a_rows would not be loaded)")
+    if cfg.swap_ab or problem.c_major == "m":
+        if cfg.swap_ab != (problem.c_major == "m"):
+            raise UnsupportedGemmError("swap_ab: a swap-AB config runs on the swapped problem (GemmProblem.swapped, "
+                                       "whose output is column-major), and only such a config does")
+        if not fam.swap_ab:
+            raise UnsupportedGemmError(f"swap_ab: not implemented for {cfg.arch}")
+        if epilogue is not None and (epilogue.residual or epilogue.gated):
+            raise UnsupportedGemmError("swap_ab: takes no residual and no gated epilogue (its output is transposed)")
     if cfg.splits > 1:
         if not fam.split_k:
             raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")

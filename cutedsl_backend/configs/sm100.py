@@ -14,6 +14,7 @@ class Sm100Family(ArchFamily):
     compile_flag = "sm_100a"
     kernel = "cutedsl_backend.kernels.sm100:Sm100Gemm"
     split_k = True  # compile-verified only: no Blackwell GPU has run it
+    swap_ab = True  # the same: the epilogue stores a column-major output (compile-verified)
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         return MAX_MMA_N

@@ -25,6 +25,7 @@ class Sm90Family(ArchFamily):
     tma_residual = True
     split_k = True
     short_a_loads = True
+    swap_ab = True
     gated = True  # compile-verified; its GPU tests: tests/gpu/test_gated_sm90.py
     # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
     min_tile_n = EPI_TILE_N

@@ -187,12 +187,23 @@ def mid_candidates(arch: str = "sm90a") -> list:
     return MidModel.candidates(arch)
 
 
+def swap_candidates(arch: str = "sm90a") -> list:
+    """Swap-AB configs (GemmConfig.swap_ab; the tile's N side holds the tokens): 128-row cooperative
+    and 64-row ping-pong tiles over the weights, 128-256 tokens per tile, with and without K slices
+    and a cluster along the weights."""
+    from ..configs import GemmConfig
+
+    return [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
+            for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 192, 256)
+            for s in (1, 2, 4) for cm in (1, 2)]
+
+
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
-    :func:`mid_candidates`) on every unique projection of the public models (or of ``models``;
-    bf16, nn.Linear layout) at each M, next to cuBLAS, CUDA-graph device time: the data
-    configs.DecodeModel is fitted on. Logs per shape the default pick's speed against the best
-    candidate's; returns rows {m, n, k, peer_ms, pick, times: {config name: ms}}."""
+    :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
+    public models (or of ``models``; bf16, nn.Linear layout) at each M, next to cuBLAS, CUDA-graph
+    device time: the data configs.DecodeModel is fitted on. Logs per shape the default pick's speed
+    against the best candidate's; returns rows {m, n, k, peer_ms, pick, times: {config name: ms}}."""
     import torch
 
     import cutedsl_backend as cb
@@ -202,10 +213,14 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
-    cands = decode_candidates() if space == "decode" else mid_candidates()
+    cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
     probe = GemmProblem(8, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+    def kernel_problem(problem, c):  # a swap-AB config compiles (and is checked) for the swapped problem
+        return problem.swapped() if c.swap_ab else problem
+
     t0 = time.time()
-    failed = {r[0] for r in precompile([(probe, c) for c in cands], workers) if r[2]}
+    failed = {r[0] for r in precompile([(kernel_problem(probe, c), c) for c in cands], workers) if r[2]}
     log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
     rows, picked, best = [], [], []
     for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
@@ -220,7 +235,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             pick = default_config(problem)
             times = {}
             for c in cands + ([pick] if pick not in cands else []):
-                if c.name in failed or not is_valid(c, problem):
+                if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 cb.gemm(a, w.t(), config=c, out=o)
                 times[c.name] = _graph_ms(lambda: cb.gemm(a, w.t(), config=c, out=o))()

@@ -237,3 +237,26 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     assert counts["LDL"] == 0 and counts["STL"] == 0 and k.resources.local_bytes == 0, (counts, k.resources)
     assert (counts["ATOMG"] > 0) == (cfg.splits > 1), counts
     assert ("LDG.E.STRONG.GPU" in k.sass() or "LDG.E.STRONG" in k.sass()) == (cfg.splits > 1)
+
+
+@pytest.mark.parametrize("cfg, dtype, spec", [
+    (GemmConfig(128, 192, swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(128, 192, splits=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row", activation="silu")),
+    (GemmConfig(64, 128, schedule="pingpong", cluster_m=2, swap_ab=True), "float16", EpilogueSpec(bias="col")),
+    (GemmConfig(128, 160, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="row", scale_b="col")),
+], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: x)())
+def test_swap_ab_kernels_store_a_column_major_output(cfg, dtype, spec):
+    """A swap-AB launch's kernel (the swapped problem: weights as A, tokens as B, a column-major
+    output) compiles with the gates: MMAs, TMA loads and stores, no spills."""
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+    from cutedsl_backend.problem import GemmProblem
+
+    out = "bfloat16"
+    problem = GemmProblem(192, 8192, 4096, 1, dtype, out, "k", "k", "sm90a").swapped()
+    cg = compile_kernel(problem, resolve(problem, cfg, spec))
+    counts = cg.sass_counts()
+    assert counts["QGMMA" if "float8" in dtype else "HGMMA"] > 0, counts
+    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds

@@ -1,0 +1,103 @@
+"""Swap-AB on a Hopper GPU (GemmConfig.swap_ab: the kernel computes out^T = b^T @ a^T and stores
+it column-major, which is the row-major result): numerics against a float64 reference on
+NaN-poisoned outputs over token counts from 1 to a few hundred (not multiples of the tile), tails
+in N and K, batches, every operand major, bias per column and per row, activations, alpha, FP8
+tensorwise and rowwise scales, split-K (bitwise deterministic), and what it refuses. Skipped,
+with the reason, without an sm90 GPU."""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cutedsl_backend as cb  # noqa: E402
+from cutedsl_backend.configs import GemmConfig  # noqa: E402
+from cutedsl_backend.epilogue import reference  # noqa: E402
+from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
+
+from .operands import layout_operands as operands  # noqa: E402
+
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
+SWAP = [GemmConfig(128, 192, swap_ab=True), GemmConfig(128, 128, splits=2, swap_ab=True),
+        GemmConfig(64, 256, schedule="pingpong", cluster_m=2, swap_ab=True),
+        GemmConfig(64, 128, schedule="pingpong", splits=3, swap_ab=True)]
+# L, M (tokens), N (weights), K; N a multiple of 8 (the kernel's output columns are its rows)
+SHAPES = [(1, 1, 264, 520), (1, 16, 4104, 4096), (1, 100, 1000, 776), (1, 192, 8192, 2048), (2, 320, 328, 264),
+          (3, 77, 456, 1000)]
+SEED = 7070
+
+
+@pytest.mark.parametrize("cfg", SWAP, ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+def test_swap_ab(cfg, dtype, layout):
+    dt = getattr(torch, dtype)
+    for i, (L, M, N, K) in enumerate(SHAPES):
+        if layout[0] == "m" and M % 8:
+            continue  # an M-major A needs M a multiple of 8 (16-byte rule)
+        a, b, _ = operands(L, M, N, K, dt, *layout, seed=SEED + i)
+        out = torch.full((L, M, N), float("nan"), device="cuda", dtype=dt)
+        cb.gemm(a, b, config=cfg, out=out)
+        m = compare(out, a.double() @ b.double(), dtype, K)
+        assert m["ok"], (L, M, N, K, m)
+        fresh = cb.gemm(a, b, config=cfg)  # a result the plan allocates
+        assert torch.equal(fresh, out), (L, M, N, K)
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("cfg", SWAP[:2], ids=lambda c: c.name)
+@pytest.mark.parametrize("bias_kind", ["col", "row"])
+def test_swap_ab_fused_epilogue(cfg, bias_kind):
+    L, M, N, K = 1, 96, 456, 1064
+    a, b, g = operands(L, M, N, K, torch.bfloat16, "k", "k", seed=SEED)
+    bias = torch.randn(N if bias_kind == "col" else (M, 1), device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a[0], b[0], bias=bias, activation="gelu_tanh", alpha=0.5, config=cfg, out=out)
+    ref = reference(a[0].double() @ b[0].double(), bias=bias.double(), alpha=0.5, activation="gelu_tanh")
+    m = compare(out, ref, "bfloat16", K, activation="gelu_tanh")
+    assert m["ok"], m
+    out32 = cb.gemm(a[0], b[0], bias=bias.float(), activation="silu", out_dtype=torch.float32, config=cfg)
+    ref = reference(a[0].double() @ b[0].double(), bias=bias.double(), activation="silu")
+    assert compare(out32, ref, "float32", K, activation="silu")["ok"]
+
+
+@pytest.mark.parametrize("scales", ["rowwise", "tensorwise"])
+def test_swap_ab_fp8(scales):
+    M, N, K = 48, 456, 2048
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    f8 = torch.float8_e4m3fn
+    a8 = (torch.randn(M, K, device="cuda", generator=g) * 2).to(f8)
+    b8 = (torch.randn(N, K, device="cuda", generator=g) * 2).to(f8).t()
+    if scales == "rowwise":
+        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    else:
+        sa = torch.rand((), device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand((), device="cuda", generator=g) / 16 + 0.01
+    for cfg in (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule="pingpong", splits=2, swap_ab=True)):
+        for fast in (True, False):
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)
+            ref = (a8.double() @ b8.double()) * sa.double() * sb.double()
+            assert compare_fp8(out, ref, "bfloat16", K, fast_accum=fast)["ok"], (cfg.name, fast)
+
+
+def test_swap_ab_split_k_is_deterministic():
+    a, b, _ = operands(1, 192, 8192, 8192, torch.bfloat16, "k", "k", seed=SEED + 1)
+    cfg = GemmConfig(128, 192, splits=4, swap_ab=True)
+    first = cb.gemm(a[0], b[0], config=cfg)
+    for _ in range(20):
+        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), first)
+    assert compare(first, a[0].double() @ b[0].double(), "bfloat16", 8192)["ok"]
+
+
+def test_swap_ab_refusals_name_the_rule():
+    a, b, g = operands(1, 64, 256, 512, torch.bfloat16, "k", "k", seed=SEED + 2)
+    res = torch.randn(64, 256, device="cuda", generator=g).to(torch.bfloat16)
+    with pytest.raises(cb.UnsupportedGemmError, match="swap_ab: takes no residual"):
+        cb.gemm(a[0], b[0], residual=res, config=GemmConfig(128, 128, swap_ab=True))
+    odd = torch.randn(64, 512, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(100, 512, device="cuda", generator=g).to(torch.bfloat16).t()  # N = 100: out rows of 200 B
+    with pytest.raises(cb.UnsupportedGemmError, match="swap_ab"):
+        cb.gemm(odd, w, config=GemmConfig(128, 128, swap_ab=True))

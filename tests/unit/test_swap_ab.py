@@ -1,0 +1,88 @@
+"""Swap-AB (GemmConfig.swap_ab) without a GPU: the swapped problem, the config's name and key, the
+rules that say where it applies, and the kernel's view of a call (operands transposed, the
+output column-major, bias and scales on the exchanged axes), on CPU tensors."""
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, check_config
+from cutedsl_backend.epilogue import EpilogueSpec
+from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+
+
+def test_swapped_problem():
+    p = GemmProblem(192, 8192, 28672, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    s = p.swapped()
+    assert (s.m, s.n, s.k, s.batch) == (8192, 192, 28672, 1)
+    assert (s.a_major, s.b_major, s.c_major) == ("k", "k", "m")  # K-major weights and tokens
+    assert s.swapped() == p
+    q = GemmProblem(100, 264, 520, 3, "float16", "float32", "m", "n", "sm90a")
+    assert (q.swapped().a_major, q.swapped().b_major) == ("m", "n")
+    fp8 = GemmProblem(64, 128, 256, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", b_dtype="float8_e5m2")
+    assert (fp8.swapped().dtype, fp8.swapped().dtype_b) == ("float8_e5m2", "float8_e4m3fn")
+    assert "c_major=m" in s.describe() and "c_major" not in p.describe()
+
+
+def test_config_name_and_key():
+    cfg = GemmConfig(128, 192, splits=2, swap_ab=True)
+    assert cfg.name.endswith("_k2_swap") and GemmConfig.from_name(cfg.name) == cfg
+    plain = GemmConfig(128, 192, splits=2)
+    assert GemmConfig.from_name(plain.name) == plain and not GemmConfig.from_name(plain.name).swap_ab
+    assert plain.key() != cfg.key() and len(plain.key()) == len(cfg.key()) - 1  # older keys unchanged
+    assert plain.shape != cfg.shape
+
+
+def test_rules():
+    p = GemmProblem(192, 8192, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    cfg = GemmConfig(128, 192, swap_ab=True)
+    check_config(cfg, p.swapped(), EpilogueSpec(bias="row", activation="silu"))
+    with pytest.raises(UnsupportedGemmError, match="swap_ab: a swap-AB config runs on the swapped problem"):
+        check_config(cfg, p)
+    with pytest.raises(UnsupportedGemmError, match="swap_ab: a swap-AB config runs on the swapped problem"):
+        check_config(GemmConfig(128, 192), p.swapped())
+    with pytest.raises(UnsupportedGemmError, match="no residual"):
+        check_config(cfg, p.swapped(), EpilogueSpec(residual=True))
+    p100 = GemmProblem(192, 8192, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
+    check_config(GemmConfig(128, 192, arch="sm100a", swap_ab=True), p100.swapped())  # the same host logic
+    # a column-major output's contiguous extent is its M: the alignment rule follows it
+    GemmProblem(8192, 190, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a", c_major="m").check()
+    with pytest.raises(UnsupportedGemmError, match="contiguous extent of out"):
+        GemmProblem(190, 8192, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a", c_major="m").check()
+
+
+def test_kernel_view_of_a_call():
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend.operands import EpilogueOperands, descriptor, kernel_views
+    from cutedsl_backend.plan import swapped_view
+
+    L, M, N, K = 2, 40, 64, 96
+    a3 = torch.randn(L, M, K, dtype=torch.bfloat16)
+    b3 = torch.randn(L, N, K, dtype=torch.bfloat16).transpose(1, 2)  # (L, K, N), K-major
+    out3 = torch.empty(L, M, N, dtype=torch.bfloat16)
+    p = GemmProblem(M, N, K, L, "bfloat16", "bfloat16", "k", "k", "sm90a", packed=False)
+    dev = torch.device("cpu")
+    bias = torch.randn(N, dtype=torch.bfloat16)
+    args = (bias, None, "silu", None, None)
+    epi = EpilogueOperands(p, dev, *args)
+    kp, ka3, kb3, kout3, kepi = swapped_view(p, a3, b3, out3, epi, args, dev)
+    assert kp == p.swapped() and kepi.spec.bias == "row" and kepi.spec.activation == "silu"
+    assert ka3.shape == (L, N, K) and ka3.stride(2) == 1 and ka3.data_ptr() == b3.data_ptr()
+    assert kb3.shape == (L, K, M) and kb3.stride(1) == 1 and kb3.data_ptr() == a3.data_ptr()
+    # the kernel's (M_k, N_k, L) output is column-major and is the row-major result's memory
+    _, _, kc = kernel_views(kp, ka3, kb3.transpose(1, 2), kout3)
+    assert kc.shape == (N, M, L) and kc.stride() == (1, N, M * N) and kc.data_ptr() == out3.data_ptr()
+    (rows, cols, batch), strides = descriptor(kout3, kp.c_major == "n", 8)
+    assert (rows, cols, batch) == (N, M, L) and strides == (N, M * N)
+    # a row bias of the result becomes a column bias of the kernel's; the scales exchange axes
+    row_bias = torch.randn(M, 1, dtype=torch.float32)
+    args = (row_bias, None, None, None, None)
+    assert swapped_view(p, a3, b3, out3, EpilogueOperands(p, dev, *args), args, dev)[4].spec.bias == "col"
+    fp = GemmProblem(M, N, K, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", packed=False)
+    sa, sb = torch.rand(M, 1), torch.rand(1, N)
+    args = (None, None, None, sa, sb)
+    kepi = swapped_view(fp, a3[:1].to(torch.float8_e4m3fn), b3[:1].to(torch.float8_e4m3fn), out3[:1],
+                        EpilogueOperands(fp, dev, *args), args, dev)[4]
+    assert (kepi.spec.scale_a, kepi.spec.scale_b) == ("row", "col")
+    assert kepi.scale_a.data_ptr() == sb.data_ptr() and kepi.scale_b.data_ptr() == sa.data_ptr()
+    with pytest.raises(UnsupportedGemmError, match="swap_ab: takes no residual"):
+        args = (None, torch.randn(M, N, dtype=torch.bfloat16), None, None, None)
+        swapped_view(p, a3, b3, out3, EpilogueOperands(p, dev, *args), args, dev)
