@@ -86,3 +86,16 @@ def test_kernel_view_of_a_call():
     with pytest.raises(UnsupportedGemmError, match="swap_ab: takes no residual"):
         args = (None, torch.randn(M, N, dtype=torch.bfloat16), None, None, None)
         swapped_view(p, a3, b3, out3, EpilogueOperands(p, dev, *args), args, dev)
+
+
+def test_swap_sweep_candidates_are_valid_where_they_are_measured():
+    """sweep-decode --space swap measures these; each must be a valid config of the swapped problem
+    at decode and mid token counts (an invalid one would silently drop out of the sweep)."""
+    from cutedsl_backend.configs import is_valid
+    from cutedsl_backend.validation.tuning_sweeps import swap_candidates
+
+    cands = swap_candidates()
+    assert len({c.name for c in cands}) == len(cands) and all(c.swap_ab for c in cands)
+    for m, n, k in ((1, 4096, 4096), (16, 8192, 28672), (192, 8192, 8192), (512, 57344, 8192)):
+        p = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a").swapped()
+        assert [c.name for c in cands if not is_valid(c, p)] == [], (m, n, k)
