@@ -10,6 +10,7 @@ there, one name here). ``reference`` is the same formula in torch, for the tests
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -56,6 +57,12 @@ class EpilogueSpec:
                 raise UnsupportedGemmError(
                     "gated: the gated epilogue takes a column bias only (no row bias, residual, second "
                     "activation or fp8 scales yet)")
+
+    def swapped(self) -> "EpilogueSpec":
+        """The spec of the swapped problem (GemmProblem.swapped: out^T): a column bias becomes a row
+        bias and back, A's row scales become the column scales and B's column scales the row ones."""
+        flip = {"col": "row", "row": "col", "scalar": "scalar", None: None}
+        return dataclasses.replace(self, bias=flip[self.bias], scale_a=flip[self.scale_b], scale_b=flip[self.scale_a])
 
     def key(self) -> tuple:
         key = ("epi", self.activation, self.bias, self.bias_dtype if self.bias else None,

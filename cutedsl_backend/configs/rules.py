@@ -97,7 +97,10 @@ def valid_configs(problem: GemmProblem, space: Optional[Iterable[GemmConfig]] = 
 
 
 def fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
-    """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory)."""
+    """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory). A swap-AB config
+    given the caller's problem (row-major output) is checked on the swapped one, as it would run."""
+    if cfg.swap_ab and problem.c_major == "n":
+        problem, epilogue = problem.swapped(), None if epilogue is None else epilogue.swapped()
     try:
         check_config(cfg, problem, epilogue)
     except UnsupportedGemmError:

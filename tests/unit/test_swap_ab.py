@@ -99,3 +99,19 @@ def test_swap_sweep_candidates_are_valid_where_they_are_measured():
     for m, n, k in ((1, 4096, 4096), (16, 8192, 28672), (192, 8192, 8192), (512, 57344, 8192)):
         p = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a").swapped()
         assert [c.name for c in cands if not is_valid(c, p)] == [], (m, n, k)
+
+
+def test_swapped_epilogue_and_fits_on_the_callers_problem():
+    from cutedsl_backend.configs import fits
+
+    spec = EpilogueSpec(bias="col", activation="silu", scale_a="row", scale_b="scalar")
+    s = spec.swapped()
+    assert (s.bias, s.scale_a, s.scale_b, s.activation) == ("row", "scalar", "col", "silu")
+    assert s.swapped() == spec
+    p = GemmProblem(192, 8192, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    cfg = GemmConfig(128, 192, swap_ab=True)
+    # a measured rule or a dispatcher may hand a swap config with the caller's problem: it is
+    # checked as it would run (the swapped problem and epilogue)
+    assert fits(cfg, p, EpilogueSpec(bias="col")) and fits(cfg, p.swapped(), EpilogueSpec(bias="row"))
+    assert not fits(cfg, p, EpilogueSpec(residual=True))
+    assert not fits(GemmConfig(128, 192), p.swapped(), None)
