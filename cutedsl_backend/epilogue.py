@@ -53,10 +53,10 @@ class EpilogueSpec:
         if self.gated is not None:
             if self.gated not in GATED_ACTIVATIONS:
                 raise UnsupportedGemmError(f"gated {self.gated!r}: must be one of {GATED_ACTIVATIONS}")
-            if self.activation or self.bias == "row" or self.residual or self.scale_a or self.scale_b:
+            if self.activation or self.bias == "row" or self.residual:
                 raise UnsupportedGemmError(
-                    "gated: the gated epilogue takes a column bias only (no row bias, residual, second "
-                    "activation or fp8 scales yet)")
+                    "gated: the gated epilogue takes a column bias and FP8 scales only (no row bias, residual "
+                    "or second activation)")
 
     def swapped(self) -> "EpilogueSpec":
         """The spec of the swapped problem (GemmProblem.swapped: out^T): a column bias becomes a row

@@ -2,9 +2,10 @@
 each gate column with its up column, so the 2N-wide intermediate never reaches memory (design:
 docs/design/gated-mlp.md). The eager API and ``torch.ops.cutedsl.gemm_gated``.
 
-This first version takes 16-bit operands with optional column biases, no FP8 scales. A call's
-geometry is checked once and kept (a plan, as for ``gemm``), and the kernel is launched with its
-argument structs filled directly (ArgPack; the up weights follow the stream in its signature).
+It takes 16-bit operands, or FP8 ones with their scales (A's tensorwise or per row, each weight's
+tensorwise or per output row), and optional column biases. A call's geometry is checked once and
+kept (a plan, as for ``gemm``), and the kernel is launched with its argument structs filled
+directly (ArgPack; the up weights follow the stream in its signature).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .compiler import get_kernel
 from .configs import GemmConfig, split_k_workspace
 from .epilogue import GATED_ACTIVATIONS, EpilogueSpec
 from .operands import (
+    FP8_DTYPES,
     as_rcl,
     check_no_alias,
     check_out,
@@ -79,20 +81,29 @@ def _bias(bias_gate, bias_up, bias_gate_up, n: int, dtype, device):
 def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Optional[torch.Tensor] = None, *,
                w_gate_up: Optional[torch.Tensor] = None, activation: str = "silu",
                bias_gate: Optional[torch.Tensor] = None, bias_up: Optional[torch.Tensor] = None,
-               bias_gate_up: Optional[torch.Tensor] = None,
-               out: Optional[torch.Tensor] = None, config: Optional[GemmConfig] = None) -> torch.Tensor:
+               bias_gate_up: Optional[torch.Tensor] = None, scale_a: Optional[torch.Tensor] = None,
+               scale_gate: Optional[torch.Tensor] = None, scale_up: Optional[torch.Tensor] = None,
+               scale_gate_up: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None,
+               use_fast_accum: bool = False, out: Optional[torch.Tensor] = None,
+               config: Optional[GemmConfig] = None) -> torch.Tensor:
     """``act(a @ w_gate^T + bias_gate) * (a @ w_up^T + bias_up)`` in one GEMM (fp32 math, one
-    rounding).
+    rounding); with FP8 operands ``act(s_a s_gate (a @ w_gate^T) + bias_gate) * (s_a s_up (a @
+    w_up^T) + bias_up)``.
 
     - a: (M, K) or (..., M, K) (leading dims folded into M); weights (N, K) each as ``nn.Linear``
       stores them (``w_gate`` and ``w_up``), or one (2N, K) ``w_gate_up`` with the gate's rows
       first (fused checkpoints); result (..., M, N) in a's dtype.
-    - dtypes: float16 or bfloat16, the same for every operand; K-contiguous weights, K and N
-      multiples of 8 (16-byte rows), 16-byte aligned data.
+    - dtypes: float16 or bfloat16, the same for every operand, result in that dtype; or FP8
+      (e4m3 / e5m2, as ``scaled_mm`` takes them) with float32 scales: ``scale_a`` one element or
+      one per row of a (M, 1); ``scale_gate`` and ``scale_up`` each one element or one per weight
+      row (N), or ``scale_gate_up`` (one, or 2N) with the concatenated weight; result
+      ``out_dtype`` (bfloat16 by default, float16 or float32); ``use_fast_accum`` as in
+      ``torch._scaled_mm``. No autograd for FP8 (as ``torch._scaled_mm``).
+    - K-contiguous weights, K and N multiples of 16 bytes of their dtype, 16-byte aligned data.
     - ``activation``: "silu" (SwiGLU), "gelu" (erf), "gelu_tanh" or "relu", as in
       torch.nn.functional.
     - biases (optional): ``bias_gate`` and/or ``bias_up`` (N,), or ``bias_gate_up`` (2N,) with the
-      concatenated weight's layout; a's dtype or float32.
+      concatenated weight's layout; the result's dtype or float32.
     - ``out``: optional result tensor of exactly the result's shape and dtype, contiguous rows.
     - autograd: where a or a weight requires grad (in grad mode, two-weight form) the result is
       differentiable; the backward recomputes gate and up on our kernels (fp32) and runs its four
@@ -106,39 +117,82 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     gate, up = _weights(w_gate, w_up, w_gate_up)
     if not isinstance(a, torch.Tensor) or a.dim() < 2:
         raise UnsupportedGemmError("a: must be a tensor of at least 2 dims (..., M, K)")
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False)
-                                       for t in (a, gate, up, bias_gate, bias_up, bias_gate_up)):
+    scales = (scale_a, scale_gate, scale_up, scale_gate_up)
+    fp8 = a.dtype in FP8_DTYPES
+    if fp8:
+        if scale_a is None or (scale_gate_up is None) == (scale_gate is None or scale_up is None):
+            raise UnsupportedGemmError("scales: FP8 operands take scale_a and scale_gate + scale_up (or "
+                                       "scale_gate_up with w_gate_up)")
+        if any(getattr(t, "requires_grad", False) for t in (a, gate, up) + scales) and torch.is_grad_enabled():
+            raise UnsupportedGemmError("autograd: FP8 gemm_gated has no gradient (as torch._scaled_mm)")
+        res_dtype = out_dtype or torch.bfloat16
+    else:
+        if any(t is not None for t in scales) or use_fast_accum:
+            raise UnsupportedGemmError("scales: only FP8 operands take scales (and use_fast_accum)")
+        if out_dtype is not None and out_dtype != a.dtype:
+            raise UnsupportedGemmError(f"out_dtype: a 16-bit gated GEMM returns a's dtype ({a.dtype})")
+        res_dtype = a.dtype
+    if not fp8 and torch.is_grad_enabled() and any(getattr(t, "requires_grad", False)
+                                                   for t in (a, gate, up, bias_gate, bias_up, bias_gate_up)):
         if out is not None or w_gate_up is not None or bias_gate_up is not None:
             raise UnsupportedGemmError("autograd: takes the two-weight form without out= (as in torch)")
         return GatedFunction.apply(a, gate, up, bias_gate, bias_up, activation, config)
     if not a.shape[-1] or not gate.shape[0]:
-        return _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out)
+        return _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, res_dtype)
     a2 = a.reshape(-1, a.shape[-1])
     # zero strides or overlapping elements: TMA cannot describe them, and the plan reads the
     # caller's pointers: computed on packed copies (as the eager gemm does)
     a2, gate, up = (readable_by_tma(what, t) for what, t in (("a", a2), ("w_gate", gate), ("w_up", up)))
     geo = (a.shape, a2.stride(), gate.shape, gate.stride(), up.stride(), a.dtype, gate.dtype, up.dtype, a.device,
            gate.device, up.device,
-           activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up),
-           None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+           activation, config, _geo(bias_gate), _geo(bias_up), _geo(bias_gate_up), res_dtype, use_fast_accum,
+           tuple(_geo(t) for t in scales), None if out is None else (out.shape, out.stride(), out.dtype, out.device))
     plans = PLANS.of_thread()
     key = ("gated", geo)
     plan = plans.get(key)
     if plan is None:
-        plan = _GatedPlan(a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config)
+        plan = _GatedPlan(a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config, res_dtype,
+                          use_fast_accum, scales)
         if len(plans) >= PLANS.max_plans:
             plans.clear()
         plans[key] = plan
-    bias = None if plan.spec.bias is None else _bias(bias_gate, bias_up, bias_gate_up, plan.n, a.dtype, a.device)
-    if out is not None:  # the epilogue reads the bias while out is written: they must not share memory
-        names = [w for w, t in (("bias_gate", bias_gate), ("bias_up", bias_up), ("bias_gate_up", bias_gate_up))
-                 if t is not None]
-        tensors = [t for t in (bias_gate, bias_up, bias_gate_up) if t is not None]
-        check_no_alias(memory_ranges(out)[0], zip(names, memory_ranges(*tensors)))
-    return plan.run(a2, gate, up, bias, out)
+    bias = None if plan.spec.bias is None else _bias(bias_gate, bias_up, bias_gate_up, plan.n, res_dtype, a.device)
+    vectors = _scale_vectors(plan.m, plan.n, *scales) if fp8 else (None, None)
+    if out is not None:  # the epilogue reads these while out is written: they must not share memory
+        named = [(w, t) for w, t in (("bias_gate", bias_gate), ("bias_up", bias_up), ("bias_gate_up", bias_gate_up),
+                                     ("scale_a", scale_a), ("scale_gate", scale_gate), ("scale_up", scale_up),
+                                     ("scale_gate_up", scale_gate_up)) if t is not None]
+        check_no_alias(memory_ranges(out)[0], zip([w for w, _ in named], memory_ranges(*[t for _, t in named])))
+    return plan.run(a2, gate, up, bias, out, *vectors)
 
 
-def _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out):
+def _scale_kinds(m: int, n: int, scale_a, scale_gate, scale_up, scale_gate_up, device) -> tuple:
+    """(scale_a kind, scale_b kind) of the FP8 scales, checked: A's "scalar" or "row" (M values);
+    the weights' "scalar" (one scale_gate_up) or "col" (one 2N [gate | up] vector, made per call
+    from the two weights' scales: :func:`_scale_vectors`)."""
+    for what, t in (("scale_a", scale_a), ("scale_gate", scale_gate), ("scale_up", scale_up),
+                    ("scale_gate_up", scale_gate_up)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device != device:
+            raise UnsupportedGemmError(f"{what}: must be a float32 tensor on {device}")
+        length = {"scale_a": m, "scale_gate_up": 2 * n}.get(what, n)
+        if t.numel() != 1 and (t.numel() != length or t.reshape(-1).stride(0) != 1):
+            raise UnsupportedGemmError(f"{what}: one element, or {length} contiguous ones (one per "
+                                       f"{'row of a' if what == 'scale_a' else 'weight row'})")
+    kind_a = "scalar" if scale_a.numel() == 1 else "row"
+    kind_b = "scalar" if scale_gate_up is not None and scale_gate_up.numel() == 1 else "col"
+    return kind_a, kind_b
+
+
+def _scale_vectors(m: int, n: int, scale_a, scale_gate, scale_up, scale_gate_up) -> tuple:
+    """The kernel's scale_a and scale_b arguments (1-D float32) of one call."""
+    sb = scale_gate_up.reshape(-1) if scale_gate_up is not None else torch.cat(
+        [scale_gate.reshape(-1).expand(n), scale_up.reshape(-1).expand(n)])
+    return scale_a.reshape(-1), sb
+
+
+def _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, res_dtype):
     """K == 0 (both GEMMs are exactly zero: the result is act(b_gate) * b_up) or N == 0 (empty)."""
     from .epilogue import torch_activation
 
@@ -146,14 +200,14 @@ def _degenerate(a, gate, up, bias_gate, bias_up, bias_gate_up, activation, out):
     if gate.shape[-1] != a.shape[-1] or up.shape != gate.shape:
         raise UnsupportedGemmError(f"shape: a {tuple(a.shape)}, w_gate {tuple(gate.shape)}, w_up {tuple(up.shape)}")
     result_shape = (*a.shape[:-1], n)
-    bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
+    bias = _bias(bias_gate, bias_up, bias_gate_up, n, res_dtype, a.device)
     zeros = torch.zeros(n, dtype=torch.float32, device=a.device)
     g, u = (zeros, zeros) if bias is None else (bias[:n].float(), bias[n:].float())
-    val = (torch_activation(activation)(g) * u).to(a.dtype).expand(result_shape)
+    val = (torch_activation(activation)(g) * u).to(res_dtype).expand(result_shape)
     if out is None:
         return val.contiguous()
-    if tuple(out.shape) != result_shape or out.dtype != a.dtype:
-        raise UnsupportedGemmError(f"out: must be {result_shape} {a.dtype}, got {tuple(out.shape)} {out.dtype}")
+    if tuple(out.shape) != result_shape or out.dtype != res_dtype:
+        raise UnsupportedGemmError(f"out: must be {result_shape} {res_dtype}, got {tuple(out.shape)} {out.dtype}")
     return out.copy_(val)
 
 
@@ -166,9 +220,13 @@ class _GatedPlan:
     kernel and its argument structs (the up weights after the stream: ArgPack's tail), the
     result's shape, the byte spans the per-call alias check uses."""
 
-    def __init__(self, a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config):
+    def __init__(self, a, a2, gate, up, bias_gate, bias_up, bias_gate_up, activation, out, config, out_dtype,
+                 fast_accum, scales):
         n = gate.shape[0]
-        problem, a3, _ = prepare(a2, gate.t(), None, config)
+        fp8 = a.dtype in FP8_DTYPES
+        if fp8 and (gate.dtype not in FP8_DTYPES or up.dtype != gate.dtype):
+            raise UnsupportedGemmError(f"dtype: FP8 a takes FP8 weights of one dtype, got {gate.dtype}, {up.dtype}")
+        problem, a3, _ = prepare(a2, gate.t(), out_dtype, config, fp8, fp8 and fast_accum)
         if problem.b_major != "k" or up.stride(1) != 1:
             raise UnsupportedGemmError("layout: the weights must be K-contiguous ((N, K) row-major)")
         if n % 8:
@@ -177,17 +235,21 @@ class _GatedPlan:
             raise UnsupportedGemmError("alignment: w_up's row stride must be 16-byte aligned")
         self.n, self.m = n, problem.m
         self.result_shape = (*a.shape[:-1], n)
-        self.out_dtype = a.dtype
+        self.out_dtype = out_dtype
         self.device = a.device
         if out is not None:
-            out3 = check_out(out, self.result_shape, (1, problem.m, n), a.dtype, a.device)
+            out3 = check_out(out, self.result_shape, (1, problem.m, n), out_dtype, a.device)
             if not tma_writable(out3):
                 raise UnsupportedGemmError("alignment: out's row stride must be a multiple of 16 bytes")
         else:
-            out3 = torch.empty((1, max(problem.m, 1), n), dtype=a.dtype, device="meta")
-        bias = _bias(bias_gate, bias_up, bias_gate_up, n, a.dtype, a.device)
+            out3 = torch.empty((1, max(problem.m, 1), n), dtype=out_dtype, device="meta")
+        bias = _bias(bias_gate, bias_up, bias_gate_up, n, out_dtype, a.device)
+        kind_a = kind_b = None
+        if fp8:
+            kind_a, kind_b = _scale_kinds(problem.m, n, *scales, a.device)
         self.spec = EpilogueSpec(gated=activation, bias="col" if bias is not None else None,
-                                 bias_dtype=dtype_name(bias.dtype) if bias is not None else "float32")
+                                 bias_dtype=dtype_name(bias.dtype) if bias is not None else "float32",
+                                 scale_a=kind_a, scale_b=kind_b)
         self.gemm_problem = dataclasses.replace(problem, n=2 * n)  # the GEMM's width: gate and up columns
         self.a_major = problem.a_major
         self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
@@ -199,9 +261,11 @@ class _GatedPlan:
         self.index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         align = 16 // a.element_size()
         descs = [descriptor(a3, self.a_major == "k", align), descriptor(gate.unsqueeze(0), True, align),
-                 descriptor(out3, True, align)]
+                 descriptor(out3, True, 16 // out3.element_size())]
         if bias is not None:
             descs.append(((2 * n,), ()))
+        if fp8:
+            descs += [((1 if kind_a == "scalar" else problem.m,), ()), ((1 if kind_b == "scalar" else 2 * n,), ())]
         self.split_sizes = split_k_workspace(self.gemm_problem, cfg) if cfg.splits > 1 else (0, 0)
         if cfg.splits > 1:
             descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
@@ -210,7 +274,7 @@ class _GatedPlan:
         self.in_spans = tuple(byte_span(t.shape, t.stride(), t.element_size()) for t in (a2, gate, up))
         self.out_span = None if out is None else byte_span(out3.shape, out3.stride(), out3.element_size())
 
-    def run(self, a2, gate, up, bias, out):
+    def run(self, a2, gate, up, bias, out, scale_a=None, scale_b=None):
         fresh = out is None
         out3 = torch.empty((1, self.m, self.n), dtype=self.out_dtype, device=self.device) if fresh else out.view(
             1, self.m, self.n)
@@ -226,21 +290,25 @@ class _GatedPlan:
             if bias.data_ptr() % 4:
                 raise UnsupportedGemmError("alignment: the bias's data pointer must be 4-byte aligned")
             ptrs += (bias.data_ptr(),)
+        if scale_a is not None:
+            if (scale_a.data_ptr() | scale_b.data_ptr()) % 4:
+                raise UnsupportedGemmError("alignment: the scales' data pointers must be 4-byte aligned")
+            ptrs += (scale_a.data_ptr(), scale_b.data_ptr())
         stream = raw_stream(self.index)
         work = None
         if self.split_sizes[0]:
             work = PLANS.workspaces.get(self.device, stream, *self.split_sizes)
             ptrs += (work[0].data_ptr(), work[1].data_ptr())
         self.kernel.launch(self.pack, ptrs + (pu,), 1.0, 0.0, stream,
-                           lambda: self._views(a2, gate, up, out3, bias, work))
+                           lambda: self._views(a2, gate, up, out3, bias, scale_a, scale_b, work))
         return out3.view(self.result_shape) if fresh else out
 
-    def _views(self, a2, gate, up, out3, bias, work):  # only for the one-time check of the direct launch path
+    def _views(self, a2, gate, up, out3, bias, scale_a, scale_b, work):  # the direct launch path's one-time check
         align = 16 // a2.element_size()
         a3 = a2.detach().as_strided(*self.a_geo)
         split = (None, None) if work is None else (work[0][:self.split_sizes[1]], work[1][:self.split_sizes[0]])
         return (as_rcl(a3, self.a_major == "k", align), as_rcl(gate.detach().unsqueeze(0), True, align),
-                as_rcl(out3, True, align), bias, None, None, None, *split,
+                as_rcl(out3, True, 16 // out3.element_size()), bias, scale_a, scale_b, None, *split,
                 as_rcl(up.detach().unsqueeze(0), True, align))
 
 

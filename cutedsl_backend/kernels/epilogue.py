@@ -255,12 +255,32 @@ class TileEpilogue:
 
 
 def gated_product(tile: "TileEpilogue", gate: cute.Tensor, up: cute.Tensor, coord_of):
-    """The gated epilogue of a fragment pair (fp32): ``act(alpha * gate + b_gate) * (alpha * up +
-    b_up)``; ``coord_of(v)``: the tile-local (m, n) of the gate's element v (n < the half width).
-    The bias is one 2N vector: the gate's column j at j, the up's at N + j (clamped like every
-    epilogue read: tail columns are never stored)."""
+    """The gated epilogue of a fragment pair (fp32): ``act(s * gate + b_gate) * (s * up + b_up)``
+    with s = alpha x the FP8 scales (A's per row or scalar; B's scalar, or per column as one 2N
+    vector like the bias); ``coord_of(v)``: the tile-local (m, n) of the gate's element v (n < the
+    half width). The bias is one 2N vector: the gate's column j at j, the up's at N + j (clamped
+    like every epilogue read: tail columns are never stored)."""
     x = gate.load() * tile.scale
     y = up.load() * tile.scale
+    row_scales = tile.spec.scale_a == "row"
+    col_scales = tile.spec.scale_b == "col"
+    if cutlass.const_expr(row_scales or col_scales):
+        sg = cute.make_rmem_tensor(gate.shape, Float32)
+        su = cute.make_rmem_tensor(gate.shape, Float32)
+        n_out, m_last = tile.args.n_extent, tile.args.m_extent - 1
+        for v in range(cute.size(gate)):
+            m_l, n_l = coord_of(v)
+            f = Float32(1.0)
+            if cutlass.const_expr(row_scales):
+                f = Float32(tile.args.scale_a[cutlass.min(tile.row0 + m_l, m_last)])
+            sg[v] = f
+            su[v] = f
+            if cutlass.const_expr(col_scales):
+                col = cutlass.min(tile.col0 + n_l, n_out - 1)
+                sg[v] = f * Float32(tile.args.scale_b[col])
+                su[v] = f * Float32(tile.args.scale_b[n_out + col])
+        x = x * sg.load()
+        y = y * su.load()
     if cutlass.const_expr(tile.spec.bias == "col"):
         bg = cute.make_rmem_tensor(gate.shape, Float32)
         bu = cute.make_rmem_tensor(gate.shape, Float32)

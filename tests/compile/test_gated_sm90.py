@@ -1,6 +1,7 @@
 """The gated epilogue (act(gate) * up in one GEMM) on sm90a without a GPU: its rules name what it
 does not take, its kernels compile with three TMA loads per stage (A, the gate half and the up half
-of B), no spills, within the compile budget, and the config ranking offers only configs it takes.
+of B), no spills, within the compile budget (16-bit and FP8 with its scales), and the config
+ranking offers only configs it takes.
 Its numerics run on an sm90 GPU (tests/gpu/test_gated_sm90.py)."""
 
 import pytest
@@ -28,9 +29,10 @@ def test_spec_rules_and_keys():
     assert EpilogueSpec().key() == ("epi", None, None, None, False, None, False, None, None)  # unchanged
     with pytest.raises(UnsupportedGemmError, match="gated 'tanh'"):
         EpilogueSpec(gated="tanh")
-    for kw in ({"bias": "row"}, {"activation": "relu"}, {"residual": True}, {"scale_a": "row"}):
-        with pytest.raises(UnsupportedGemmError, match="gated: the gated epilogue takes a column bias only"):
+    for kw in ({"bias": "row"}, {"activation": "relu"}, {"residual": True}):
+        with pytest.raises(UnsupportedGemmError, match="gated: the gated epilogue takes a column bias and FP8"):
             EpilogueSpec(gated="silu", **kw)
+    EpilogueSpec(gated="silu", scale_a="row", scale_b="col")  # FP8 scales: A's per row, the weights' per column
     biased = EpilogueSpec(gated="silu", bias="col", bias_dtype="bfloat16")
     assert biased.staged_vectors(128, 256) == ()  # read per element from the 2N vector, not staged
 
@@ -82,5 +84,24 @@ def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
     counts = cg.sass_counts()
     assert counts["UTMALDG"] == 3, counts  # A, the gate half and the up half of B
     assert counts["HGMMA"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_accum", "precise"])
+@pytest.mark.parametrize("m, scales", [(4096, ("row", "col")), (16, ("scalar", "col")), (192, ("scalar", "scalar"))])
+def test_fp8_gated_kernels_compile_with_the_gates(m, scales, fast):
+    """FP8 operands: the ranking's pick for the gated problem compiles with QGMMA, three TMA loads
+    per stage, no spills and within the budget, whatever the scale forms and accumulation mode."""
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+    from cutedsl_backend.configs import default_config
+
+    problem = GemmProblem(m, 2 * 14336, 4096, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", packed=False,
+                          fast_accum=fast)
+    spec = EpilogueSpec(gated="silu", scale_a=scales[0], scale_b=scales[1], bias="col", bias_dtype="bfloat16")
+    cg = compile_kernel(problem, resolve(problem, default_config(problem, epilogue=spec), spec))
+    counts = cg.sass_counts()
+    assert counts["QGMMA"] > 0 and counts["UTMALDG"] == 3 and counts["UTMASTG"] > 0, counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
     assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds

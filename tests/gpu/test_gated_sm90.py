@@ -178,3 +178,53 @@ def test_leading_dims_of_the_same_row_count_get_their_own_result_shape():
     for shape in ((2, 8, 264), (4, 4, 264), (16, 264)):
         got = cb.gemm_gated(a.view(shape), wg, wu)
         assert got.shape == (*shape[:-1], 136) and torch.equal(got.reshape(16, 136), flat)
+
+
+@pytest.mark.parametrize("scales", ["rowwise", "tensorwise"])
+@pytest.mark.parametrize("form", ["two_weights", "concatenated"])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_accum", "precise"])
+def test_gated_fp8(scales, form, fast):
+    """FP8 operands with their scales: act(s_a s_gate (a @ w_gate^T) + b_gate) * (s_a s_up (a @
+    w_up^T) + b_up) against the float64 product of the dequantized inputs (compare_fp8), with
+    a column bias, over a tail M and a decode M."""
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    f8 = torch.float8_e4m3fn
+    g = torch.Generator(device="cuda").manual_seed(SEED + 31)
+    for m, n, k in ((200, 264, 1024), (16, 512, 2048)):
+        a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(f8)
+        wg, wu = ((torch.randn(n, k, device="cuda", generator=g) * 2).to(f8) for _ in range(2))
+        if scales == "rowwise":
+            sa = torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01
+            sg, su = (torch.rand(n, device="cuda", generator=g) / 16 + 0.01 for _ in range(2))
+        else:
+            sa, sg, su = (torch.rand((), device="cuda", generator=g) / 16 + 0.01 for _ in range(3))
+        bias = torch.randn(2 * n, device="cuda", generator=g).to(torch.bfloat16)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        if form == "two_weights":
+            cb.gemm_gated(a, wg, wu, activation="silu", scale_a=sa, scale_gate=sg, scale_up=su, bias_gate=bias[:n],
+                          bias_up=bias[n:], use_fast_accum=fast, out=out)
+        else:
+            s_gu = torch.cat([sg.reshape(-1).expand(n), su.reshape(-1).expand(n)]).contiguous()
+            cb.gemm_gated(a, w_gate_up=torch.cat([wg, wu]), activation="silu", scale_a=sa, scale_gate_up=s_gu,
+                          bias_gate_up=bias, use_fast_accum=fast, out=out)
+        da = a.double() * sa.double().reshape(-1, 1) if scales == "rowwise" else a.double() * sa.double()
+        gate = da @ (wg.double() * sg.double().reshape(-1, 1)).t() + bias[:n].double()
+        up = da @ (wu.double() * su.double().reshape(-1, 1)).t() + bias[n:].double()
+        ref = torch_activation("silu")(gate) * up
+        m_ = compare_fp8(out, ref, "bfloat16", k, activation="silu", fast_accum=fast)
+        assert m_["ok"], (m, n, k, m_)
+
+
+def test_gated_fp8_refusals_name_the_rule():
+    f8 = torch.float8_e4m3fn
+    a = torch.randn(64, 128, device="cuda").to(f8)
+    w = torch.randn(64, 128, device="cuda").to(f8)
+    one = torch.ones((), device="cuda")
+    with pytest.raises(cb.UnsupportedGemmError, match="scales: FP8 operands take"):
+        cb.gemm_gated(a, w, w)
+    with pytest.raises(cb.UnsupportedGemmError, match="scale_gate: one element"):
+        cb.gemm_gated(a, w, w, scale_a=one, scale_gate=torch.ones(3, device="cuda"), scale_up=one)
+    with pytest.raises(cb.UnsupportedGemmError, match="scales: only FP8"):
+        x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+        cb.gemm_gated(x, x, x, scale_a=one)

@@ -84,3 +84,40 @@ def test_gated_backward_needs_only_its_own_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[(3, 6, 32), (16, 32), (16, 32), None, None]", out.stdout
+
+
+def test_fp8_scale_forms():
+    """The gated FP8 scales: A's one or per row; each weight's one or per row, as one 2N [gate | up]
+    vector for the kernel (a tensorwise pair is expanded: the two weights' scales differ)."""
+    from cutedsl_backend.gated import _scale_kinds, _scale_vectors
+
+    m, n, dev = 6, 4, torch.device("cpu")
+    one = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    assert _scale_kinds(m, n, one(2.0), one(3.0), one(5.0), None, dev) == ("scalar", "col")
+    assert _scale_kinds(m, n, torch.rand(m, 1), torch.rand(n), torch.rand(n, 1), None, dev) == ("row", "col")
+    assert _scale_kinds(m, n, one(2.0), None, None, one(7.0), dev) == ("scalar", "scalar")
+    assert _scale_kinds(m, n, one(2.0), None, None, torch.rand(2 * n), dev) == ("scalar", "col")
+    sa, sb = _scale_vectors(m, n, one(2.0), one(3.0), one(5.0), None)
+    assert sa.tolist() == [2.0] and sb.tolist() == [3.0] * n + [5.0] * n
+    sg, su = torch.rand(n), torch.rand(n, 1)
+    _, sb = _scale_vectors(m, n, one(2.0), sg, su, None)
+    assert torch.equal(sb, torch.cat([sg, su.reshape(-1)]))
+    with pytest.raises(UnsupportedGemmError, match="scale_a: one element, or 6 contiguous"):
+        _scale_kinds(m, n, torch.rand(m + 1), one(1.0), one(1.0), None, dev)
+    with pytest.raises(UnsupportedGemmError, match="scale_up: must be a float32"):
+        _scale_kinds(m, n, one(1.0), one(1.0), torch.ones((), dtype=torch.bfloat16), None, dev)
+    with pytest.raises(UnsupportedGemmError, match="scale_gate: one element, or 4 contiguous"):
+        _scale_kinds(m, n, one(1.0), torch.rand(n, 2)[:, 0], one(1.0), None, dev)
+
+
+def test_fp8_arguments_are_checked_before_any_device_work():
+    from cutedsl_backend.gated import gemm_gated
+
+    f8 = torch.randn(8, 16).to(torch.float8_e4m3fn)
+    with pytest.raises(UnsupportedGemmError, match="scales: FP8 operands take scale_a"):
+        gemm_gated(f8, f8, f8, scale_a=torch.ones(()))
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedGemmError, match="scales: only FP8"):
+        gemm_gated(x, x, x, scale_gate=torch.ones(()))
+    with pytest.raises(UnsupportedGemmError, match="out_dtype: a 16-bit gated GEMM"):
+        gemm_gated(x, x, x, out_dtype=torch.float32)
