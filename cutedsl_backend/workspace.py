@@ -70,10 +70,13 @@ class SplitKWorkspaces:
 
         def allocate():
             try:
-                with torch.cuda.device(device):
+                # a non-blocking stream of its own: no implicit synchronization with the legacy
+                # default stream (which another thread's capture would not allow)
+                side = torch.cuda.Stream(device)
+                with torch.cuda.device(device), torch.cuda.stream(side):
                     pair = (torch.empty(floats, dtype=torch.float32, device=device),
                             torch.zeros(counters, dtype=torch.int32, device=device))
-                    torch.cuda.current_stream(device).synchronize()
+                side.synchronize()
                 made.append(pair)
             except BaseException as e:  # re-raised on the calling thread
                 failed.append(e)
