@@ -39,6 +39,14 @@ from .workers import (  # noqa: F401  (the pool and its settings, public here to
 log = logging.getLogger("cutedsl_backend.compiler")
 
 
+def kernel_view(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
+    """(problem, epilogue) as the kernel compiles them: a swap-AB config given the caller's problem
+    (row-major output) compiles for the swapped one (GemmProblem.swapped, EpilogueSpec.swapped)."""
+    if config is not None and config.swap_ab and problem.c_major == "n":
+        return problem.swapped(), None if epilogue is None else epilogue.swapped()
+    return problem, epilogue
+
+
 def resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> KernelKey:
     """The kernel ``problem`` gets with ``config`` (checked and resolved; the heuristic's pick when
     None) and ``epilogue``."""
@@ -54,10 +62,11 @@ def forget_background_work() -> None:
 
 def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilogue=None,
                *, use_disk_cache: bool = True) -> CompiledGemm:
-    """The compiled kernel for ``problem`` (shape-generic), from memory, disk or a fresh compile."""
+    """The compiled kernel for ``problem`` (shape-generic), from memory, disk or a fresh compile
+    (a swap-AB config's: :func:`kernel_view`)."""
     from .epilogue import EpilogueSpec
 
-    epilogue = epilogue or EpilogueSpec()
+    problem, epilogue = kernel_view(problem, config, epilogue or EpilogueSpec())
     fast_key = (problem, config, epilogue)
     hit = STORE.fast.get(fast_key)
     if hit is not None:
@@ -126,5 +135,6 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
                            b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype, fast_accum=fast_accum)
     epilogue = epilogue or EpilogueSpec()
     if not use_cache:
+        problem, epilogue = kernel_view(problem, config, epilogue)
         return compile_kernel(problem, resolve(problem, config, epilogue))
     return get_kernel(problem, config, epilogue)

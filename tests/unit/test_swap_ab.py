@@ -115,3 +115,22 @@ def test_swapped_epilogue_and_fits_on_the_callers_problem():
     assert fits(cfg, p, EpilogueSpec(bias="col")) and fits(cfg, p.swapped(), EpilogueSpec(bias="row"))
     assert not fits(cfg, p, EpilogueSpec(residual=True))
     assert not fits(GemmConfig(128, 192), p.swapped(), None)
+
+
+@pytest.mark.compile
+def test_public_compile_of_a_swap_config_builds_the_swapped_kernel(tmp_path, monkeypatch):
+    """compile_gemm / get_kernel / precompile given the caller's problem and a swap-AB config
+    compile the kernel of the swapped problem (compiler.kernel_view)."""
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
+    import cutedsl_backend as cb
+    from cutedsl_backend.compiler import kernel_view
+
+    p = GemmProblem(192, 8192, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    spec = EpilogueSpec(bias="col")
+    assert kernel_view(p, GemmConfig(128, 192, swap_ab=True), spec) == (p.swapped(), spec.swapped())
+    assert kernel_view(p, GemmConfig(128, 192), spec) == (p, spec)
+    assert kernel_view(p.swapped(), GemmConfig(128, 192, swap_ab=True), spec) == (p.swapped(), spec)
+    for use_cache in (False, True):
+        k = cb.compile_gemm(192, 8192, 4096, dtype="bfloat16", b_major="k", epilogue=spec,
+                            config=GemmConfig(128, 192, swap_ab=True), use_cache=use_cache)
+        assert k.problem.c_major == "m" and k.problem.m == 8192 and k.sass_counts()["UTMASTG"] > 0
