@@ -120,7 +120,9 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     scales = (scale_a, scale_gate, scale_up, scale_gate_up)
     fp8 = a.dtype in FP8_DTYPES
     if fp8:
-        if scale_a is None or (scale_gate_up is None) == (scale_gate is None or scale_up is None):
+        pair = (scale_gate, scale_up)
+        if scale_a is None or (scale_gate_up is None) == (None in pair) or (
+                scale_gate_up is not None and pair != (None, None)):
             raise UnsupportedGemmError("scales: FP8 operands take scale_a and scale_gate + scale_up (or "
                                        "scale_gate_up with w_gate_up)")
         if any(getattr(t, "requires_grad", False) for t in (a, gate, up) + scales) and torch.is_grad_enabled():
@@ -231,7 +233,7 @@ class _GatedPlan:
             raise UnsupportedGemmError("layout: the weights must be K-contiguous ((N, K) row-major)")
         if n % 8:
             raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
-        if up.stride(0) % 8:
+        if up.stride(0) % (16 // up.element_size()):
             raise UnsupportedGemmError("alignment: w_up's row stride must be 16-byte aligned")
         self.n, self.m = n, problem.m
         self.result_shape = (*a.shape[:-1], n)

@@ -57,7 +57,6 @@ class Plan:
         self.result_shape = result_shape
         self.a_geo = (tuple(a3.shape), tuple(a3.stride()))
         self.b_geo = (tuple(b3.shape), tuple(b3.stride()))
-        self.out_geo = (tuple(out3.shape), tuple(out3.stride()))
         # byte spans of the inputs (fixed by the geometry): an ``out`` given per call is checked
         # against them (problem.py's memory rules)
         self.in_spans = tuple(None if r is None else r[1] for r in memory_ranges(a3, b3, *epi.tensors()))
@@ -70,6 +69,7 @@ class Plan:
             pad = -(-N * out3.element_size() // 16) * 16 // out3.element_size()
             out3 = torch.empty_strided((L, M, N), (M * pad, pad, 1), dtype=out3.dtype, device="meta")
             self.stage_shape = (L, M, pad)
+        self.out_geo = (tuple(out3.shape), tuple(out3.stride()))  # what the kernel writes (padded when staged)
         bt = b3.transpose(1, 2)  # (L, N, K): the kernel wants B as (N, K, L)
         in_align = 16 // a3.element_size()
         descs = [descriptor(a3, problem.a_major == "k", in_align), descriptor(bt, problem.b_major == "k", in_align),
@@ -109,8 +109,9 @@ class Plan:
                 check_vector_alignment(epi_ops)
         if not fresh:
             ranges = (None if p is None else (p, n) for p, n in zip(ins, self.in_spans))
-            check_no_alias((dest.data_ptr(), self.out_span),
-                            zip(("a", "b", "bias", "scale_a", "scale_b", "residual"), ranges))
+            names = ("b", "a", "bias", "scale_b", "scale_a", "residual") if self.swap else (
+                "a", "b", "bias", "scale_a", "scale_b", "residual")  # (a swap plan holds the kernel's order)
+            check_no_alias((dest.data_ptr(), self.out_span), zip(names, ranges))
         stream = raw_stream(self.device_index)
         work = None
         if self.split_sizes[0]:

@@ -272,14 +272,17 @@ CONCRETE = Sizes()
 
 
 def operand_major(t: Operand, what: str, row_major: str, col_major: str, sizes: Sizes = CONCRETE) -> str:
-    """Which of the last two dims is contiguous: ``row_major`` for unit stride along the last (or a
-    last dim of extent 1 when the other has no unit stride), else ``col_major`` for unit stride
-    along the second-to-last (or extent 1 there)."""
+    """Which of the last two dims is contiguous: ``row_major`` for unit stride along the last,
+    ``col_major`` for unit stride along the second-to-last; where both strides are 1 (a dim of
+    extent 1), the one along the dim of extent > 1. A dim of extent 1 counts as either (its
+    stride is never used)."""
     (rows, cols), (sr, sc) = t.shape[-2:], t.stride[-2:]
-    if sizes.equals(sc, 1) or (sizes.equals(cols, 1) and not sizes.equals(sr, 1)):
+    if sizes.equals(sc, 1) and not (sizes.equals(cols, 1) and sizes.equals(sr, 1)):
         return row_major
     if sizes.equals(sr, 1) or sizes.equals(rows, 1):
         return col_major
+    if sizes.equals(cols, 1):
+        return row_major
     raise UnsupportedGemmError(f"layout: {what} needs unit stride on one of its last two dims, got strides {t.stride}")
 
 

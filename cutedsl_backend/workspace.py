@@ -12,8 +12,10 @@ stays alive in the graph's memory pool: Inductor's CUDA-graph trees check that e
 in their pool is a tracked output. For the same reason the persistent buffers are allocated on a
 helper thread: the trees route the allocations of the thread that warms a graph up into its pool.
 
-Two replays of one captured graph must not run at the same time on different streams: they
-would share its workspace (as they would share any buffer the graph captured).
+A graph captured on a stream whose buffers were large enough uses those buffers: replay it on
+that stream (or at least never concurrently with eager split-K launches on it), and never run two
+replays of one graph at the same time on different streams: they would share the workspace (as
+they would share any buffer the graph captured).
 """
 
 from __future__ import annotations

@@ -196,7 +196,15 @@ def _split_halves(up_side: Node):
 
 def match_gated(mul: Node) -> Optional[dict]:
     """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, bias_gate, bias_up |
-    bias_gate_up (None without biases), activation, view}, else None."""
+    bias_gate_up (None without biases), activation, view}, else None. The result must have the
+    input's dtype, as the gated op's has (a bias of another dtype can promote the graph's)."""
+    m = _match_gated(mul)
+    if m is None or _val(mul) is None or _val(m["x"]) is None or _val(mul).dtype != _val(m["x"]).dtype:
+        return None
+    return m
+
+
+def _match_gated(mul: Node) -> Optional[dict]:
     if mul.op != "call_function" or mul.target is not aten.mul.Tensor or len(mul.args) != 2:
         return None
     for act_out, up_side in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):

@@ -196,7 +196,8 @@ def test_residual_broadcast_over_rows_or_batches_is_computed_on_a_copy(which):
     assert m["ok"], m
 
 
-@pytest.mark.parametrize("case", ["one_row_unaligned_row_stride", "one_row_per_batch", "one_column_b"])
+@pytest.mark.parametrize("case", ["one_row_unaligned_row_stride", "one_row_per_batch", "one_column_b",
+                                  "contiguous_one_column_b"])
 def test_unit_extent_strides_are_not_alignment_questions(case):
     """A dimension of extent 1 never uses its stride (the kernel's descriptor gets a canonical one),
     so the shared operand rules (problem.check_aligned) accept any stride there: the result must be
@@ -208,9 +209,13 @@ def test_unit_extent_strides_are_not_alignment_questions(case):
     elif case == "one_row_per_batch":
         a = randn(4, 3, 1003, seed=SEED + 22)[:, 1:2, :K]  # (4, 1, K), row stride 1003
         b = randn(4, K, N, seed=SEED + 23)
-    else:
+    elif case == "one_column_b":
         a = randn(40, K, seed=SEED + 24)
-        b = randn(K, 5, seed=SEED + 25)[:, 2:3].expand(K, 1).t().contiguous().t()  # (K, 1)
+        b = randn(K, 5, seed=SEED + 25)[:, 2:3].expand(K, 1).t().contiguous().t()  # (K, 1), strides (1, K)
+        N = 1
+    else:
+        a = randn(40, K, seed=SEED + 26)
+        b = randn(K, 1, seed=SEED + 27)  # (K, 1) contiguous: strides (1, 1)
         N = 1
     out = torch.full((*a.shape[:-1], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     cb.gemm(a, b, out=out)

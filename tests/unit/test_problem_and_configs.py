@@ -76,6 +76,14 @@ def test_strided_rules():
     check_aligned(Operand((1, 512), (3, 1), "float16"), "a", -1)
     # column-major: the unit stride is the second-to-last
     assert operand_major(Operand((64, 32), (1, 64), "float16"), "a", "k", "m") == "m"
+    # both strides 1 (a contiguous (K, 1) b): the unit stride along the dim of extent > 1 decides
+    b = Operand((1000, 1), (1, 1), "bfloat16")
+    assert operand_major(b, "b", "n", "k") == "k"
+    check_aligned(b, "b", -2)
+    assert operand_major(Operand((1, 1000), (1000, 1), "bfloat16"), "a", "k", "m") == "k"
+    assert operand_major(Operand((64, 1), (5, 1), "bfloat16"), "a", "k", "m") == "k"  # then its rows: aligned?
+    with pytest.raises(UnsupportedGemmError, match="alignment: a stride 5"):
+        check_aligned(Operand((64, 1), (5, 1), "bfloat16"), "a", -1)
 
 
 def test_epilogue_operand_rules():
