@@ -113,6 +113,9 @@ def main(argv=None) -> int:
     pc.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
     pc.add_argument("--arch", default="sm90a")
     pc.add_argument("--workers", type=int, default=0)
+    sc = sub.add_parser("seal-cache", help="make a kernel cache a shared read-only one: readable by all, its "
+                        "manifest of file digests written; prints the manifest's sha256")
+    sc.add_argument("dir", nargs="?", help="the cache (default: $CUTEDSL_BACKEND_CACHE_DIR)")
     mr = sub.add_parser("merge-reports", help="merge report.json files into one report")
     mr.add_argument("out")
     mr.add_argument("reports", nargs="+")
@@ -312,6 +315,13 @@ def main(argv=None) -> int:
         from .validation.runner import precompile_matrix
 
         return precompile_matrix(args.tag, args.arch.split(","), args.workers)
+    if args.cmd == "seal-cache":
+        from pathlib import Path
+
+        from .disk_cache import cache_dir, seal
+
+        print(seal(Path(args.dir) if args.dir else cache_dir()))
+        return 0
     if args.cmd == "merge-reports":
         from .validation.report import merge_reports
 

@@ -6,6 +6,13 @@ process: a root or entry owned by another user, or writable by group or others, 
 once per reason). Entries are written under unique temp names and renamed, so a crash or a
 concurrent writer never leaves an entry that looks complete; an unreadable entry is dropped and
 its kernel recompiled. One compile per key across threads and processes: ``lock(key)``.
+
+A shared read-only cache (``$CUTEDSL_BACKEND_SHARED_CACHE_DIR``, opt-in: e.g. the kernels a GPU
+image was built with) may belong to another user. Nothing in it is loaded on trust: its
+``manifest.json`` (written by :func:`seal`) lists each entry's file digests, and an entry is
+copied into the private cache only after every file matched (the bytes checked are the bytes
+written). The manifest is trusted when ``$CUTEDSL_BACKEND_SHARED_CACHE_SHA256`` pins its digest,
+else only when neither it nor its directory is writable by group or others.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -71,20 +79,126 @@ def driver_available() -> bool:
         return False
 
 
+ENTRY_FILES = ("kernel.o", "kernel.cubin", "meta.json")  # meta.json last: it marks an entry complete
+MANIFEST = "manifest.json"
+
+
+def shared_cache_dir() -> Optional[Path]:
+    """$CUTEDSL_BACKEND_SHARED_CACHE_DIR (a read-only cache others built), or None."""
+    d = os.environ.get("CUTEDSL_BACKEND_SHARED_CACHE_DIR")
+    return Path(d) if d else None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def seal(root: Path) -> str:
+    """Make ``root`` a shared cache: readable by everyone, writable by its owner only, and its
+    manifest listing every complete entry (each DSL version's) with its files' sha256. Returns
+    the manifest's own sha256 (pin it with $CUTEDSL_BACKEND_SHARED_CACHE_SHA256)."""
+    entries = {}
+    for meta in sorted(root.glob("*/*/meta.json")):
+        d = meta.parent
+        if all((d / f).is_file() for f in ENTRY_FILES):
+            entries[f"{d.parent.name}/{d.name}"] = {f: _sha256((d / f).read_bytes()) for f in ENTRY_FILES}
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    data = json.dumps({"entries": entries}, indent=0, sort_keys=True).encode()
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=MANIFEST + ".", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, root / MANIFEST)
+    return _sha256(data)
+
+
+class SharedCache:
+    """The read-only shared cache (see the module's docstring): its manifest, checked once per
+    version of the file, and the import of verified entries into the private cache."""
+
+    def __init__(self):
+        self._manifest: tuple = (None, None)  # (the manifest file's stat signature, its entries)
+        self.logged: set = set()
+
+    def _warn(self, why: str) -> None:
+        if why not in self.logged:
+            self.logged.add(why)
+            log.warning("cutedsl: not using the shared kernel cache: %s", why)
+
+    def entries(self) -> dict:
+        """{"<dsl version>/<key>": {file: sha256}} of the trusted manifest; {} when there is none."""
+        root = shared_cache_dir()
+        if root is None:
+            return {}
+        path = root / MANIFEST
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        sig = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._manifest[0] == sig:
+            return self._manifest[1]
+        entries: dict = {}
+        try:
+            data = path.read_bytes()
+            pin = os.environ.get("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", "").strip().lower()
+            if pin and _sha256(data) != pin:
+                self._warn(f"{path} does not match $CUTEDSL_BACKEND_SHARED_CACHE_SHA256")
+            elif not pin and any(p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) for p in (root, path)):
+                self._warn(f"{root} or its manifest is writable by group or others (pin the manifest's digest "
+                           "with $CUTEDSL_BACKEND_SHARED_CACHE_SHA256 to use it)")
+            else:
+                entries = dict(json.loads(data)["entries"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self._warn(f"unreadable manifest {path}: {e}")
+        self._manifest = (sig, entries)
+        return entries
+
+    def has(self, key: str) -> bool:
+        return f"{dsl_version()}/{key}" in self.entries()
+
+    def import_entry(self, disk: "DiskCache", key: str) -> bool:
+        """Copy entry ``key`` into the private cache if the manifest lists it and every file
+        matches its digest; True when the private cache then holds it."""
+        want = self.entries().get(f"{dsl_version()}/{key}")
+        root = shared_cache_dir()
+        if not want or root is None:
+            return False
+        d = root / dsl_version() / key
+        payloads = {}
+        for name in ENTRY_FILES:
+            try:
+                data = (d / name).read_bytes()
+            except OSError as e:
+                self._warn(f"entry {d} unreadable: {e}")
+                return False
+            if _sha256(data) != want.get(name):
+                self._warn(f"entry {d}: {name} does not match the manifest")
+                return False
+            payloads[name] = data
+        disk.write_entry(key, payloads)
+        return disk.has(key, shared=False)
+
+
 class DiskCache:
-    """The disk cache under :func:`cache_dir` (read at each use: a worker may point it elsewhere)."""
+    """The disk cache under :func:`cache_dir` (read at each use: a worker may point it elsewhere),
+    and the shared read-only one it imports verified entries from."""
 
     def __init__(self):
         self.untrusted_logged: set = set()
+        self.shared = SharedCache()
 
     def paths(self, key: str) -> tuple[Path, Path, Path]:
         """(host+device object, cubin, metadata) of entry ``key``."""
         d = cache_dir() / dsl_version() / key
         return d / "kernel.o", d / "kernel.cubin", d / "meta.json"
 
-    def has(self, key: str) -> bool:
-        """Entry ``key`` is complete (its metadata, written last, exists)."""
-        return self.paths(key)[2].exists()
+    def has(self, key: str, shared: bool = True) -> bool:
+        """Entry ``key`` is complete (its metadata, written last, exists), or (``shared``) the
+        shared cache's manifest lists it."""
+        return self.paths(key)[2].exists() or (shared and self.shared.has(key))
 
     def untrusted(self, *paths: Path) -> Optional[str]:
         """The first reason (:func:`untrusted_reason`) among the cache root and ``paths``; logged
@@ -129,7 +243,7 @@ class DiskCache:
             return None
         key = which.digest
         obj, cub, meta = self.paths(key)
-        if not (obj.exists() and cub.exists() and meta.exists()):
+        if not (obj.exists() and cub.exists() and meta.exists()) and not self.shared.import_entry(self, key):
             return None
         if self.untrusted(obj.parent.parent, obj.parent, obj):
             return None
@@ -158,23 +272,34 @@ class DiskCache:
         write leaves neither temp files nor an empty directory)."""
         if not driver_available():
             return
-        obj, cub, meta = self.paths(cg.key)
+        try:
+            data = cg._fn.dump_to_object("gemm_" + cg.key)
+        except Exception as e:
+            log.warning("could not write cache entry %s: %s", cg.key, e)
+            return
+        info = json.dumps({"key": cg.key, "compile_seconds": cg.compile_seconds, "config": cg.config.name,
+                           "problem": cg.problem.describe()}).encode()
+        self.write_entry(cg.key, {"kernel.o": data, "kernel.cubin": cg.cubin, "meta.json": info})
+
+    def write_entry(self, key: str, payloads: dict) -> None:
+        """Write entry ``key``'s files (ENTRY_FILES -> bytes) under unique temp names (threads
+        and processes may write the same entry), then rename them, the metadata last: a crash
+        never leaves an entry that looks complete, a failed write neither temp files nor an empty
+        directory. Nothing in an untrusted directory."""
+        obj = self.paths(key)[0]
+        meta = obj.parent / "meta.json"
         created = not obj.parent.exists()
         temps: list = []
         try:
             private_dir(obj.parent)
             if self.untrusted(obj.parent.parent, obj.parent):
                 return
-            data = cg._fn.dump_to_object("gemm_" + cg.key)
-            info = json.dumps({"key": cg.key, "compile_seconds": cg.compile_seconds, "config": cg.config.name,
-                               "problem": cg.problem.describe()}).encode()
-            # unique temp names (threads and processes may write the same entry), then renames,
-            # meta last: a crash never leaves an entry that looks complete
-            for path, payload in ((obj, data), (cub, cg.cubin), (meta, info)):
+            for name in ENTRY_FILES:
+                path = obj.parent / name
                 fd, tmp = tempfile.mkstemp(dir=obj.parent, prefix=path.name + ".", suffix=".tmp")
                 temps.append(tmp)
                 with os.fdopen(fd, "wb") as f:
-                    f.write(payload)
+                    f.write(payloads[name])
                 os.replace(tmp, path)
         except Exception as e:
             log.warning("could not write cache entry %s: %s", obj.parent, e)

@@ -132,3 +132,58 @@ def test_a_stopped_worker_times_out_and_is_replaced(monkeypatch):
     finally:
         with __import__("contextlib").suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _fake_entry(root, key, seed=0):
+    """An entry of random bytes (the import never links native code: only the load does)."""
+    import os
+
+    d = root / disk_cache.dsl_version() / key
+    d.mkdir(parents=True)
+    for name in disk_cache.ENTRY_FILES:
+        (d / name).write_bytes(os.urandom(64) if name != "meta.json" else b'{"key": "%s"}' % key.encode())
+    return d
+
+
+def test_shared_read_only_cache_imports_only_verified_entries(tmp_path, monkeypatch, caplog):
+    """A shared cache (opt-in) is sealed with a manifest of file digests; an entry is copied into the
+    private cache only when every file matches; a tampered file, a manifest writable by group or
+    others (unless its digest is pinned) or a wrong pin is refused with a warning."""
+    import logging
+    import os
+    import stat
+
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    good, bad = _fake_entry(shared, "k_good"), _fake_entry(shared, "k_bad")
+    digest = disk_cache.seal(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755 and stat.S_IMODE((good / "kernel.o").stat().st_mode) == 0o644
+    (bad / "kernel.o").write_bytes(b"something else")  # changed after sealing
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(private))
+    monkeypatch.setenv("CUTEDSL_BACKEND_SHARED_CACHE_DIR", str(shared))
+    monkeypatch.delenv("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", raising=False)
+    disk = disk_cache.DiskCache()
+    assert disk.has("k_good") and not disk.has("k_good", shared=False) and not disk.has("k_other")
+    with caplog.at_level(logging.WARNING, logger="cutedsl_backend.compiler"):
+        assert disk.shared.import_entry(disk, "k_good")
+        assert not disk.shared.import_entry(disk, "k_bad")
+    copied = private / disk_cache.dsl_version() / "k_good"
+    for name in disk_cache.ENTRY_FILES:
+        assert (copied / name).read_bytes() == (good / name).read_bytes()
+    assert not (private / disk_cache.dsl_version() / "k_bad").exists()
+    assert any("kernel.o does not match the manifest" in r.getMessage() for r in caplog.records)
+    # a manifest others can write is trusted only with its digest pinned
+    os.chmod(shared / disk_cache.MANIFEST, 0o666)
+    disk = disk_cache.DiskCache()
+    assert disk.shared.entries() == {}
+    monkeypatch.setenv("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", digest)
+    assert f"{disk_cache.dsl_version()}/k_good" in disk_cache.DiskCache().shared.entries()
+    monkeypatch.setenv("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", "0" * 64)
+    assert disk_cache.DiskCache().shared.entries() == {}
+
+
+def test_shared_cache_is_off_unless_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUTEDSL_BACKEND_SHARED_CACHE_DIR", raising=False)
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "private"))
+    disk = disk_cache.DiskCache()
+    assert disk.shared.entries() == {} and not disk.shared.import_entry(disk, "any")
