@@ -102,11 +102,11 @@ def enable(*, top_k: int = 3, fuse: bool = True, ops: Iterable[str] = OPS,
         V.set_choices_handler(_choices_factory())
         lowering.register()
         from .choices import register_all
-        from .gated_mlp import extern_choice
+        from .gated_ops import GATED_OPS, extern_choice
 
         register_all()
-        extern_choice(False)
-        extern_choice(True)
+        for op in GATED_OPS:
+            extern_choice(op)
         from .decisions import install_feedback_saver
 
         install_feedback_saver()

@@ -5,7 +5,8 @@ The pattern (2-D and the 3-D ``nn.Linear`` view form): two ``mm`` on the same in
 reshapes of one tensor) with transposed (N, K) weights, an activation of the gated family on one
 (in its post-grad form, matched as the epilogue fusion matches activations) and a ``mul`` with the
 other; every intermediate used only there. Or one GEMM on a concatenated (2N, K) weight whose
-result is split in two halves. Each GEMM may carry its ``nn.Linear`` bias (``addmm``, or the
+result is split in two halves; or two FP8 ``torch._scaled_mm`` on one input and its scale (no
+bias, 2-D). Each 16-bit GEMM may carry its ``nn.Linear`` bias (``addmm``, or the
 ``mm`` + ``add`` Inductor unfuses it into before a pointwise op); with biases both GEMMs have one.
 It becomes ``torch.ops.cutedsl.gemm_gated_ab`` (``gemm_gated_ab_bias`` with the [gate | up] bias
 vector) with ``kernel_config=''``; its lowering autotunes our kernel's configs against the
@@ -26,54 +27,23 @@ from typing import Optional
 import torch
 from torch.fx import Graph, Node
 
-from ..epilogue import GATED_ACTIVATIONS, EpilogueSpec, torch_activation
+from ..epilogue import GATED_ACTIVATIONS, EpilogueSpec
 from ..problem import UnsupportedGemmError, dtype_name
 from .fusion import _VIEWS, _only_user, _val, match_activation
-from .ops import config_for_call
+from .gated_ops import (  # noqa: F401  (GATED_OPS: the lowerings lowering.register installs)
+    GATED_BIAS_OP,
+    GATED_OP,
+    GATED_OPS,
+    GATED_SCALED_OP,
+    _fake,
+    _fake_scaled,
+    extern_choice,
+    reference,
+    reference_scaled,
+)
 
 log = logging.getLogger("cutedsl_backend.inductor")
 aten = torch.ops.aten
-
-# ---------------------------------------------------------------------------- the op
-
-_LIB = torch.library.Library("cutedsl", "FRAGMENT")
-_LIB.define("gemm_gated_ab(Tensor a, Tensor w_gate, Tensor w_up, *, str activation, str kernel_config='') -> Tensor",
-            tags=(torch.Tag.pt2_compliant_tag,))
-# bias_gate_up: (2N,), the gate's N values then the up's
-_LIB.define("gemm_gated_ab_bias(Tensor a, Tensor w_gate, Tensor w_up, Tensor bias_gate_up, *, str activation, "
-            "str kernel_config='') -> Tensor", tags=(torch.Tag.pt2_compliant_tag,))
-
-
-def _impl(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
-    from ..gated import gemm_gated
-
-    config = config_for_call(kernel_config, a.numel() // max(1, a.shape[-1]))
-    return gemm_gated(a, w_gate, w_up, activation=activation, bias_gate_up=bias_gate_up, config=config)
-
-
-def _fake(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
-    return a.new_empty((*a.shape[:-1], w_gate.shape[0]))
-
-
-for _name in ("gemm_gated_ab", "gemm_gated_ab_bias"):
-    _LIB.impl(_name, _impl, "CUDA")
-    torch.library.register_fake(f"cutedsl::{_name}", _fake, lib=_LIB)
-GATED_OP = torch.ops.cutedsl.gemm_gated_ab.default
-GATED_BIAS_OP = torch.ops.cutedsl.gemm_gated_ab_bias.default
-GATED_OPS = (GATED_OP, GATED_BIAS_OP)
-
-
-def reference(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
-    """The unfused computation, rounding where the graph rounds (each GEMM's result, bias added
-    before its rounding as addmm does, then the activation and the product in the input dtype):
-    the candidate our kernel is measured against."""
-    if bias_gate_up is None:
-        return torch_activation(activation)(a @ w_gate.t()) * (a @ w_up.t())
-    n = w_gate.shape[0]
-    bias = bias_gate_up.to(a.dtype)
-    return (torch_activation(activation)(torch.addmm(bias[:n], a, w_gate.t()))
-            * torch.addmm(bias[n:], a, w_up.t()))
-
 
 # ---------------------------------------------------------------------------- the pattern
 
@@ -196,12 +166,59 @@ def _split_halves(up_side: Node):
 
 def match_gated(mul: Node) -> Optional[dict]:
     """The gated MLP ending at ``mul``: {x, w_gate, w_up | w_gate_up, bias_gate, bias_up |
-    bias_gate_up (None without biases), activation, view}, else None. The result must have the
-    input's dtype, as the gated op's has (a bias of another dtype can promote the graph's)."""
-    m = _match_gated(mul)
-    if m is None or _val(mul) is None or _val(m["x"]) is None or _val(mul).dtype != _val(m["x"]).dtype:
+    bias_gate_up (None without biases), activation, view} or, on FP8 operands, {x, w_gate, w_up,
+    scale_a, scale_gate, scale_up, out_dtype, fast_accum, activation, view}; else None. The
+    result must have the dtype the gated op gives (a bias of another dtype can promote the graph's)."""
+    m = _match_gated(mul) or _match_scaled(mul)
+    if m is None or _val(mul) is None or _val(m["x"]) is None:
+        return None
+    if _val(mul).dtype != m.get("out_dtype", _val(m["x"]).dtype):
         return None
     return m
+
+
+def _scaled_linear(node) -> Optional[tuple]:
+    """(x, weight, scale_a, scale_b, out_dtype, use_fast_accum) of ``_scaled_mm(x, permute(w, [1,
+    0]), scale_a, scale_b)`` without bias or result scale (an FP8 nn.Linear), else None."""
+    if not isinstance(node, Node) or node.op != "call_function" or node.target is not aten._scaled_mm.default:
+        return None
+    names = ("self", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
+    args = dict(zip(names, node.args))
+    args.update(node.kwargs)
+    x, wt = args.get("self"), args.get("mat2")
+    if args.get("bias") is not None or args.get("scale_result") is not None:
+        return None
+    if not (isinstance(wt, Node) and wt.target is aten.permute.default and list(wt.args[1]) == [1, 0]
+            and _only_user(wt) is node):
+        return None
+    out_dtype = args.get("out_dtype") or _val(x).dtype
+    return x, wt.args[0], args.get("scale_a"), args.get("scale_b"), out_dtype, bool(args.get("use_fast_accum"))
+
+
+def _match_scaled(mul: Node) -> Optional[dict]:
+    """act(_scaled_mm(x, w_gate^T, s_a, s_gate)) * _scaled_mm(x, w_up^T, s_a, s_up): one FP8 input
+    and its scale, the same output dtype and accumulation mode, 2-D."""
+    if mul.op != "call_function" or mul.target is not aten.mul.Tensor or len(mul.args) != 2:
+        return None
+    for act_out, up_side in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
+        up = _scaled_linear(up_side)
+        if (up is None or not isinstance(act_out, Node) or _only_user(act_out) is not mul
+                or _only_user(up_side) is not mul):
+            continue
+        for gate_mm in list(up[0].users):
+            gate = _scaled_linear(gate_mm) if gate_mm is not up_side else None
+            if gate is None or gate[2] is not up[2] or gate[4:] != up[4:]:
+                continue
+            wg, wu = _val(gate[1]), _val(up[1])
+            if wg is None or wu is None or tuple(wg.shape) != tuple(wu.shape) or wg.dtype != wu.dtype:
+                continue
+            for name in GATED_ACTIVATIONS:
+                hit = match_activation(gate_mm, name)
+                if hit is not None and hit[0] is act_out:
+                    return {"x": up[0], "w_gate": gate[1], "w_up": up[1], "scale_a": up[2], "scale_gate": gate[3],
+                            "scale_up": up[3], "out_dtype": up[4], "fast_accum": up[5], "activation": name,
+                            "view": None}
+    return None
 
 
 def _match_gated(mul: Node) -> Optional[dict]:
@@ -255,6 +272,15 @@ def fuse_gated(graph: Graph) -> int:
                 continue
             with graph.inserting_before(node):
                 bias = m.get("bias_gate_up")
+                if "scale_a" in m:
+                    args = tuple(m[k] for k in ("x", "w_gate", "w_up", "scale_a", "scale_gate", "scale_up"))
+                    kwargs = {"activation": m["activation"], "out_dtype": m["out_dtype"],
+                              "fast_accum": m["fast_accum"], "kernel_config": ""}
+                    fused = graph.call_function(GATED_SCALED_OP, args, kwargs)
+                    fused.meta["val"] = _val(node)
+                    node.replace_all_uses_with(fused)
+                    done += 1
+                    continue
                 if "w_gate_up" in m:  # the concatenated weight's two halves, as views
                     w = m["w_gate_up"]
                     n = _val(w).shape[0] // 2
@@ -287,33 +313,28 @@ def fuse_gated(graph: Graph) -> int:
 
 # ---------------------------------------------------------------------------- lowering
 
-@functools.lru_cache(None)
-def extern_choice(with_bias: bool = False):
-    """Our gated op as an Inductor choice (made once per process: extern_kernels names are unique)."""
-    from torch._inductor.select_algorithm import ExternKernelChoice
-
-    from .state import build_tag
-
-    op = GATED_BIAS_OP if with_bias else GATED_OP
-    name = f"cutedsl_gemm_gated_{'bias_' if with_bias else ''}{build_tag()}"
-    return ExternKernelChoice(op, name=name, has_out_variant=False, op_overload=op)
-
-
-def offer(inputs, activation: str, device, sizes):
-    """(problem at the hint, spec, configs, dynamic) for the gated GEMM of ``inputs`` (IR nodes),
-    or raises UnsupportedGemmError naming the rule."""
+def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None):
+    """(problem at the hint, spec, configs, dynamic) for the gated GEMM of ``inputs`` (IR nodes:
+    a, w_gate, w_up, then the bias, or with ``scaled`` = (out_dtype, fast_accum) the three FP8
+    scales), or raises UnsupportedGemmError naming the rule."""
     from ..configs import rank_configs
-    from ..problem import GemmProblem, check_aligned, operand_major
+    from ..problem import INPUT_DTYPES_FP8, GemmProblem, check_aligned, operand_major
     from .choices import device_arch
     from .eligibility import num_sms, operand_from_ir
     from .state import STATE
 
-    a, wg, wu, *bias = (operand_from_ir(x) for x in inputs)
+    a, wg, wu, *rest = (operand_from_ir(x) for x in inputs)
     if a.dim != 2 or wg.dim != 2 or tuple(wg.shape) != tuple(wu.shape):
         raise UnsupportedGemmError("shape: a (M, K) and two (N, K) weights")
-    dt = dtype_name(a.dtype)
-    if dt not in ("bfloat16", "float16") or wg.dtype != a.dtype or wu.dtype != a.dtype:
+    dt, wdt = dtype_name(a.dtype), dtype_name(wg.dtype)
+    if scaled is not None:
+        od = dtype_name(scaled[0])
+        if dt not in INPUT_DTYPES_FP8 or wdt not in INPUT_DTYPES_FP8 or wu.dtype != wg.dtype:
+            raise UnsupportedGemmError(f"dtype: FP8 operands, got {a.dtype}, {wg.dtype}, {wu.dtype}")
+    elif dt not in ("bfloat16", "float16") or wg.dtype != a.dtype or wu.dtype != a.dtype:
         raise UnsupportedGemmError(f"dtype: 16-bit operands of one dtype, got {a.dtype}, {wg.dtype}, {wu.dtype}")
+    else:
+        od = dt
     for what, t in (("w_gate", wg), ("w_up", wu)):
         if operand_major(t, what, "k", "n", sizes) != "k":
             raise UnsupportedGemmError(f"layout: {what} must be K-contiguous ((N, K) row-major)")
@@ -324,18 +345,21 @@ def offer(inputs, activation: str, device, sizes):
         raise UnsupportedGemmError(f"alignment: N={n} must be a multiple of 8 (16-byte output rows)")
     a_major = operand_major(a, "a", "k", "m", sizes)
     check_aligned(a, "a", 1 if a_major == "k" else 0, sizes)
-    bias_dtype = "float32"
-    if bias:
-        (b,) = bias
+    bias_dtype, bias, kinds = "float32", None, (None, None)
+    if scaled is not None:
+        kinds = _scale_kinds(rest, m, n, sizes)
+    elif rest:
+        (b,) = rest
         if b.dim != 1 or not sizes.equals(b.shape[0] - 2 * n, 0) or not sizes.equals(b.stride[0], 1):
             raise UnsupportedGemmError(f"bias: a contiguous (2N,) [gate | up] vector, got shape {b.shape}")
         if b.dtype not in (dt, "float32"):
             raise UnsupportedGemmError(f"bias: dtype must be {dt} or float32, got {b.dtype}")
-        bias_dtype = b.dtype
+        bias_dtype, bias = b.dtype, "col"
     arch = device_arch(device)
-    problem = GemmProblem(sizes.hint(m), 2 * sizes.hint(n), sizes.hint(k), 1, dt, dt, a_major, "k", arch,
-                          packed=False)
-    spec = EpilogueSpec(gated=activation, bias="col" if bias else None, bias_dtype=bias_dtype)
+    problem = GemmProblem(sizes.hint(m), 2 * sizes.hint(n), sizes.hint(k), 1, dt, od, a_major, "k", arch,
+                          packed=False, b_dtype=None if wdt == dt else wdt,
+                          fast_accum=bool(scaled is not None and scaled[1]))
+    spec = EpilogueSpec(gated=activation, bias=bias, bias_dtype=bias_dtype, scale_a=kinds[0], scale_b=kinds[1])
     configs = rank_configs(problem, num_sms=num_sms(device), top_k=STATE.top_k, epilogue=spec)
     if not configs:
         raise UnsupportedGemmError(f"no config takes the gated epilogue for {problem.describe()}")
@@ -343,25 +367,58 @@ def offer(inputs, activation: str, device, sizes):
     return problem, spec, configs, dynamic
 
 
+def _scale_kinds(scales, m, n, sizes) -> tuple:
+    """The gated kernel's scale kinds for _scaled_mm's scales (a's, the gate's, the up's): a's
+    "scalar" or "row" ((M, 1)); the weights' always one 2N "col" vector (the op makes it per call
+    from two scales, each one or N contiguous values)."""
+    sa, sg, su = scales
+
+    def numel(t):
+        out = 1
+        for s in t.shape:
+            out = out * s
+        return out
+
+    for what, t, length in (("scale_a", sa, m), ("scale_gate", sg, n), ("scale_up", su, n)):
+        if t.dtype != "float32":
+            raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
+        if not sizes.equals(numel(t), 1) and not (sizes.equals(numel(t) - length, 0)
+                                                  and sizes.equals(t.stride[-1 if what != "scale_a" else 0], 1)):
+            raise UnsupportedGemmError(f"{what}: one element or {length} contiguous ones")
+    return ("scalar" if sizes.equals(numel(sa), 1) else "row"), "col"
+
+
 def lower(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
     """Our kernel's configs against the unfused ops, in one autotune; the unfused ops inlined if
-    they win (as the fused epilogue chains' lowering). Both gated ops (with and without the bias)."""
+    they win (as the fused epilogue chains' lowering). Both 16-bit gated ops (with and without
+    the bias)."""
+    args = (a, w_gate, w_up) + (() if bias_gate_up is None else (bias_gate_up,))
+    op = GATED_OP if bias_gate_up is None else GATED_BIAS_OP
+    return _lower(op, args, {"activation": activation}, kernel_config, functools.partial(_reference_fn, activation))
+
+
+def lower_scaled(a, w_gate, w_up, scale_a, scale_gate, scale_up, *, activation, out_dtype, fast_accum,
+                 kernel_config=""):
+    """:func:`lower` for the FP8 gated op."""
+    kwargs = {"activation": activation, "out_dtype": out_dtype, "fast_accum": fast_accum}
+    ref = functools.partial(_reference_scaled_fn, activation, out_dtype, fast_accum)
+    return _lower(GATED_SCALED_OP, (a, w_gate, w_up, scale_a, scale_gate, scale_up), kwargs, kernel_config, ref,
+                  scaled=(out_dtype, fast_accum))
+
+
+def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     from torch._inductor.codegen.subgraph import SubgraphTemplate
     from torch._inductor.ir import ExternKernel, FixedLayout, FlexibleLayout
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
 
-    from .choices import autotuning
-    from .eligibility import DISPATCH, Sizes
+    from .choices import autotuning, precompile_offer
+    from .eligibility import DISPATCH, Offer, Sizes
     from .lowering import _inline, _inline_unfused, _select, _tracer
     from .state import STATE
 
-    args = (a, w_gate, w_up) + (() if bias_gate_up is None else (bias_gate_up,))
-    op = GATED_OP if bias_gate_up is None else GATED_BIAS_OP
-    kwargs = {"activation": activation}
     if kernel_config or not (STATE.enabled and autotuning()):
-        return fallback_handler(op, add_to_fallback_set=False)(*args, activation=activation,
-                                                              kernel_config=kernel_config)
+        return fallback_handler(op, add_to_fallback_set=False)(*args, **kwargs, kernel_config=kernel_config)
     inputs = [ExternKernel.realize_input(x) for x in args]
     for x in inputs:
         try:
@@ -369,24 +426,22 @@ def lower(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
         except (AttributeError, NotImplementedError):
             pass
     name = "cutedsl_fused_gemm_gated"
-    ref = functools.partial(_reference_fn, activation)
     try:
-        problem, spec, configs, dynamic = offer(inputs, activation, inputs[0].get_device(), Sizes(V.graph.sizevars))
+        problem, spec, configs, dynamic = offer(inputs, kwargs["activation"], inputs[0].get_device(),
+                                                Sizes(V.graph.sizevars), scaled)
     except UnsupportedGemmError as e:
         log.debug("cutedsl: not offering %s: %s", name, e)
         return _inline(ref, args, name)
     size = [inputs[0].get_size()[0], inputs[1].get_size()[0]]
-    layout = FixedLayout(inputs[0].get_device(), inputs[0].get_dtype(), size, FlexibleLayout.contiguous_strides(size))
-    choice = extern_choice(bias_gate_up is not None)
+    out_dtype = scaled[0] if scaled is not None else inputs[0].get_dtype()
+    layout = FixedLayout(inputs[0].get_device(), out_dtype, size, FlexibleLayout.contiguous_strides(size))
+    choice = extern_choice(op)
     picks = [DISPATCH] if dynamic else [c.name for c in configs]
     ours = []
     for pick in picks:
         caller = choice.bind(inputs, layout, **kwargs, kernel_config=pick)
         caller.description = f"cutedsl gated {pick}"
         ours.append(caller)
-    from .choices import precompile_offer
-    from .eligibility import Offer
-
     precompile_offer(Offer(problem, spec, tuple(configs), dynamic=dynamic))
     unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
         name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(ref),
@@ -400,3 +455,12 @@ def lower(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):
 
 def _reference_fn(activation, a, w_gate, w_up, bias_gate_up=None):
     return reference(a, w_gate, w_up, bias_gate_up, activation=activation)
+
+
+def _reference_scaled_fn(activation, out_dtype, fast_accum, a, w_gate, w_up, scale_a, scale_gate, scale_up):
+    return reference_scaled(a, w_gate, w_up, scale_a, scale_gate, scale_up, activation=activation,
+                            out_dtype=out_dtype, fast_accum=fast_accum)
+
+
+# the lowering of each gated op (lowering.register installs them)
+LOWERINGS = {GATED_OP: lower, GATED_BIAS_OP: lower, GATED_SCALED_OP: lower_scaled}

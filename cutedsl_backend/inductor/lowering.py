@@ -47,11 +47,10 @@ def register() -> None:
     before (Inductor's automatic fallback, once it met the op) comes back with unregister()."""
     from torch._inductor.lowering import lowerings, register_lowering
 
-    from .gated_mlp import GATED_OPS
-    from .gated_mlp import lower as lower_gated
+    from .gated_mlp import LOWERINGS as GATED_LOWERINGS
 
     ours = [(ops.overload(*kind), functools.partial(_lower, kind)) for kind in ops.SIGNATURES]
-    for overload, fn in ours + [(op, lower_gated) for op in GATED_OPS]:
+    for overload, fn in ours + list(GATED_LOWERINGS.items()):
         if overload not in STATE.lowerings:
             before = lowerings.get(overload)
             register_lowering(overload, type_promotion_kind=None)(fn)

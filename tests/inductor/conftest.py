@@ -55,6 +55,19 @@ def _cpu_gated(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=
     return (torch_activation(activation)(g) * u).to(a.dtype)
 
 
+def _cpu_gated_scaled(a, w_gate, w_up, scale_a, scale_gate, scale_up, *, activation, out_dtype, fast_accum,
+                      kernel_config=""):
+    from cutedsl_backend.epilogue import torch_activation
+
+    if kernel_config and kernel_config != DISPATCH:
+        GemmConfig.from_name(kernel_config)
+    CALLS.append(("gemm_gated_ab_scaled", kernel_config, activation))
+    a32 = a.float() * scale_a.float()
+    g = a32 @ (w_gate.float() * scale_gate.float().reshape(-1, 1)).t()
+    u = a32 @ (w_up.float() * scale_up.float().reshape(-1, 1)).t()
+    return (torch_activation(activation)(g) * u).to(out_dtype)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cpu_kernels():
     import cutedsl_backend.inductor.gated_mlp  # noqa: F401  (defines the gated op)
@@ -63,6 +76,7 @@ def cpu_kernels():
         torch.library.register_kernel(f"cutedsl::{iops.op_name(*kind)}", "cpu", _cpu_kernel(kind))
     torch.library.register_kernel("cutedsl::gemm_gated_ab", "cpu", _cpu_gated)
     torch.library.register_kernel("cutedsl::gemm_gated_ab_bias", "cpu", _cpu_gated)
+    torch.library.register_kernel("cutedsl::gemm_gated_ab_scaled", "cpu", _cpu_gated_scaled)
     yield
 
 

@@ -114,3 +114,39 @@ def test_dynamic_token_count_offers_the_per_call_dispatcher(inductor, feedback):
             torch.testing.assert_close(fn(x), model(x), rtol=2e-2, atol=2e-2)
     kernels = [d for name, d in feedback.ours("cutedsl_fused_gemm_gated") if name.startswith("cutedsl_gemm_gated_")]
     assert kernels == ["cutedsl gated dispatch"], feedback.rounds
+
+
+class FP8GatedMLP(torch.nn.Module):
+    """Two FP8 linears through torch._scaled_mm (weights (N, K) e4m3 with their scales) and a SwiGLU."""
+
+    def __init__(self, rowwise):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        for name in ("wg", "wu"):
+            self.register_buffer(name, (torch.randn(128, 64, generator=g) * 2).to(torch.float8_e4m3fn))
+            s = torch.rand(1, 128, generator=g) / 8 + 0.05 if rowwise else torch.tensor(0.11)
+            self.register_buffer("s" + name[1], s)
+
+    def forward(self, x8, sa):
+        g = torch._scaled_mm(x8, self.wg.t(), sa, self.sg, out_dtype=torch.bfloat16)
+        u = torch._scaled_mm(x8, self.wu.t(), sa, self.su, out_dtype=torch.bfloat16)
+        return torch.nn.functional.silu(g) * u
+
+
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_fp8_gated_mlp_is_offered_and_matches_eager(inductor, feedback, rowwise):
+    import cutedsl_backend.inductor as cbi
+
+    cbi.enable(device_arch=as_sm90a, gated_mlp=True)
+    model = FP8GatedMLP(rowwise)
+    x8 = (torch.randn(32, 64) * 2).to(torch.float8_e4m3fn)
+    sa = torch.rand(32, 1) / 8 + 0.05 if rowwise else torch.tensor(0.09)
+    with torch.no_grad():
+        out, code = compile_and_code(model, x8, sa)
+        ref = model(x8, sa)
+    ours = [name for name, _ in feedback.ours("cutedsl_fused_gemm_gated")]
+    assert any(n.startswith("cutedsl_gemm_gated_scaled_") for n in ours), feedback.rounds
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+    if "cutedsl_gemm_gated_scaled" in code:
+        assert CALLS[-1][0] == "gemm_gated_ab_scaled"
