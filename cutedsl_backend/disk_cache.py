@@ -134,16 +134,16 @@ class SharedCache:
             return {}
         path = root / MANIFEST
         try:
-            st = path.stat()
+            st, root_mode = path.stat(), root.stat().st_mode
         except OSError:
             return {}
-        sig = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        pin = os.environ.get("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", "").strip().lower()
+        sig = (str(path), st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode, root_mode, pin)
         if self._manifest[0] == sig:
             return self._manifest[1]
         entries: dict = {}
         try:
             data = path.read_bytes()
-            pin = os.environ.get("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", "").strip().lower()
             if pin and _sha256(data) != pin:
                 self._warn(f"{path} does not match $CUTEDSL_BACKEND_SHARED_CACHE_SHA256")
             elif not pin and any(p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) for p in (root, path)):
