@@ -320,7 +320,11 @@ def main(argv=None) -> int:
 
         from .disk_cache import cache_dir, seal
 
-        print(seal(Path(args.dir) if args.dir else cache_dir()))
+        try:
+            print(seal(Path(args.dir) if args.dir else cache_dir()))
+        except OSError as e:
+            print(f"seal-cache: {e}", file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "merge-reports":
         from .validation.report import merge_reports

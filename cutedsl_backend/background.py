@@ -94,7 +94,7 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
     if key in STORE.memory or key in STORE.pending or not disk_cache.driver_available():
         return None
     warm_runtime_async()  # this process will load a kernel: its DSL start-up begins now
-    if STORE.disk.has(key):
+    if STORE.disk.has_or_imports(key):
         preload_async(problem, which)
         return None
     workers = pool()

@@ -11,8 +11,9 @@ A shared read-only cache (``$CUTEDSL_BACKEND_SHARED_CACHE_DIR``, opt-in: e.g. th
 image was built with) may belong to another user. Nothing in it is loaded on trust: its
 ``manifest.json`` (written by :func:`seal`) lists each entry's file digests, and an entry is
 copied into the private cache only after every file matched (the bytes checked are the bytes
-written). The manifest is trusted when ``$CUTEDSL_BACKEND_SHARED_CACHE_SHA256`` pins its digest,
-else only when neither it nor its directory is writable by group or others.
+written); only bounded regular files are read (no symlink, FIFO or device). The manifest is
+trusted when ``$CUTEDSL_BACKEND_SHARED_CACHE_SHA256`` pins its digest, else only when it and its
+directory belong to root or this user and neither is writable by group or others.
 """
 
 from __future__ import annotations
@@ -37,9 +38,17 @@ log = logging.getLogger("cutedsl_backend.compiler")
 
 
 def cache_dir() -> Path:
-    """$CUTEDSL_BACKEND_CACHE_DIR, else ~/.cache/cutedsl_backend."""
+    """$CUTEDSL_BACKEND_CACHE_DIR, else ~/.cache/cutedsl_backend; a user without a writable home
+    (a container run as an arbitrary uid) gets a per-user directory under the temp dir (created
+    private; one another user made first is refused like any cache directory it owns)."""
     d = os.environ.get("CUTEDSL_BACKEND_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "cutedsl_backend"
+    if d:
+        return Path(d)
+    home = Path.home()
+    if (home / ".cache").exists() or os.access(home, os.W_OK):
+        return home / ".cache" / "cutedsl_backend"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"cutedsl_backend-{uid}"
 
 
 def private_dir(path: Path) -> None:
@@ -93,6 +102,29 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MAX_SHARED_FILE_BYTES = 256 << 20  # a kernel's object is a few MB; the manifest of thousands, less
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file (no symlink, FIFO or device: a writer of a
+    shared directory must not be able to block or exhaust this process) of bounded size."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SHARED_FILE_BYTES:
+            raise OSError(f"{path} is not a regular file of at most {MAX_SHARED_FILE_BYTES} bytes")
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def seal(root: Path) -> str:
     """Make ``root`` a shared cache: readable by everyone, writable by its owner only, and its
     manifest listing every complete entry (each DSL version's) with its files' sha256. Returns
@@ -100,7 +132,7 @@ def seal(root: Path) -> str:
     entries = {}
     for meta in sorted(root.glob("*/*/meta.json")):
         d = meta.parent
-        if all((d / f).is_file() for f in ENTRY_FILES):
+        if all((d / f).is_file() and not (d / f).is_symlink() for f in ENTRY_FILES):
             entries[f"{d.parent.name}/{d.name}"] = {f: _sha256((d / f).read_bytes()) for f in ENTRY_FILES}
     for p in [root, *root.rglob("*")]:
         if not p.is_symlink():
@@ -143,14 +175,19 @@ class SharedCache:
             return self._manifest[1]
         entries: dict = {}
         try:
-            data = path.read_bytes()
+            data = _read_regular(path)
+            uid = os.getuid() if hasattr(os, "getuid") else 0
             if pin and _sha256(data) != pin:
                 self._warn(f"{path} does not match $CUTEDSL_BACKEND_SHARED_CACHE_SHA256")
-            elif not pin and any(p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) for p in (root, path)):
-                self._warn(f"{root} or its manifest is writable by group or others (pin the manifest's digest "
-                           "with $CUTEDSL_BACKEND_SHARED_CACHE_SHA256 to use it)")
+            elif not pin and any(p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH) or p.stat().st_uid not in (0, uid)
+                                 for p in (root, path)):
+                self._warn(f"{root} or its manifest is writable by group or others, or owned by another user than "
+                           "root or this one (pin the manifest's digest with $CUTEDSL_BACKEND_SHARED_CACHE_SHA256 "
+                           "to use it)")
             else:
-                entries = dict(json.loads(data)["entries"])
+                raw = json.loads(data)["entries"]
+                entries = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)
+                           and all(isinstance(v.get(f), str) for f in ENTRY_FILES)}
         except (OSError, ValueError, KeyError, TypeError) as e:
             self._warn(f"unreadable manifest {path}: {e}")
         self._manifest = (sig, entries)
@@ -170,7 +207,7 @@ class SharedCache:
         payloads = {}
         for name in ENTRY_FILES:
             try:
-                data = (d / name).read_bytes()
+                data = _read_regular(d / name)
             except OSError as e:
                 self._warn(f"entry {d} unreadable: {e}")
                 return False
@@ -179,7 +216,7 @@ class SharedCache:
                 return False
             payloads[name] = data
         disk.write_entry(key, payloads)
-        return disk.has(key, shared=False)
+        return disk.has(key)
 
 
 class DiskCache:
@@ -195,10 +232,14 @@ class DiskCache:
         d = cache_dir() / dsl_version() / key
         return d / "kernel.o", d / "kernel.cubin", d / "meta.json"
 
-    def has(self, key: str, shared: bool = True) -> bool:
-        """Entry ``key`` is complete (its metadata, written last, exists), or (``shared``) the
-        shared cache's manifest lists it."""
-        return self.paths(key)[2].exists() or (shared and self.shared.has(key))
+    def has(self, key: str) -> bool:
+        """Entry ``key`` is complete (its metadata, written last, exists)."""
+        return self.paths(key)[2].exists()
+
+    def has_or_imports(self, key: str) -> bool:
+        """:meth:`has`, or the shared cache's verified entry was just imported (for deciding that
+        no compile is needed: a listed entry that cannot be imported needs one)."""
+        return self.has(key) or self.shared.import_entry(self, key)
 
     def untrusted(self, *paths: Path) -> Optional[str]:
         """The first reason (:func:`untrusted_reason`) among the cache root and ``paths``; logged

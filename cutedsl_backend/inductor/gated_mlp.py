@@ -207,7 +207,7 @@ def _match_scaled(mul: Node) -> Optional[dict]:
             continue
         for gate_mm in list(up[0].users):
             gate = _scaled_linear(gate_mm) if gate_mm is not up_side else None
-            if gate is None or gate[2] is not up[2] or gate[4:] != up[4:]:
+            if gate is None or gate[0] is not up[0] or gate[2] is not up[2] or gate[4:] != up[4:]:
                 continue
             wg, wu = _val(gate[1]), _val(up[1])
             if wg is None or wu is None or tuple(wg.shape) != tuple(wu.shape) or wg.dtype != wu.dtype:
@@ -359,6 +359,7 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
     problem = GemmProblem(sizes.hint(m), 2 * sizes.hint(n), sizes.hint(k), 1, dt, od, a_major, "k", arch,
                           packed=False, b_dtype=None if wdt == dt else wdt,
                           fast_accum=bool(scaled is not None and scaled[1]))
+    problem.check()  # e.g. an FP8 output or e5m2 x e5m2: refused here, not while benchmarking
     spec = EpilogueSpec(gated=activation, bias=bias, bias_dtype=bias_dtype, scale_a=kinds[0], scale_b=kinds[1])
     configs = rank_configs(problem, num_sms=num_sms(device), top_k=STATE.top_k, epilogue=spec)
     if not configs:

@@ -163,7 +163,7 @@ def test_shared_read_only_cache_imports_only_verified_entries(tmp_path, monkeypa
     monkeypatch.setenv("CUTEDSL_BACKEND_SHARED_CACHE_DIR", str(shared))
     monkeypatch.delenv("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", raising=False)
     disk = disk_cache.DiskCache()
-    assert disk.has("k_good") and not disk.has("k_good", shared=False) and not disk.has("k_other")
+    assert disk.shared.has("k_good") and not disk.has("k_good") and not disk.shared.has("k_other")
     with caplog.at_level(logging.WARNING, logger="cutedsl_backend.compiler"):
         assert disk.shared.import_entry(disk, "k_good")
         assert not disk.shared.import_entry(disk, "k_bad")
@@ -187,3 +187,39 @@ def test_shared_cache_is_off_unless_named(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "private"))
     disk = disk_cache.DiskCache()
     assert disk.shared.entries() == {} and not disk.shared.import_entry(disk, "any")
+
+
+def test_shared_cache_reads_only_bounded_regular_files(tmp_path, monkeypatch):
+    """A writer of the shared directory cannot block or exhaust the process: a FIFO (or symlink)
+    in place of an entry file is refused, not read; a malformed manifest lists nothing; an entry
+    that cannot be imported leaves has_or_imports False (so its kernel gets compiled)."""
+    import json
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    d = _fake_entry(shared, "k_fifo")
+    disk_cache.seal(shared)
+    (d / "kernel.o").unlink()
+    os.mkfifo(d / "kernel.o")
+    monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path / "private"))
+    monkeypatch.setenv("CUTEDSL_BACKEND_SHARED_CACHE_DIR", str(shared))
+    monkeypatch.delenv("CUTEDSL_BACKEND_SHARED_CACHE_SHA256", raising=False)
+    disk = disk_cache.DiskCache()
+    assert disk.shared.has("k_fifo") and not disk.has_or_imports("k_fifo")  # returns: the FIFO is never opened
+    (shared / disk_cache.MANIFEST).write_text(json.dumps({"entries": {f"{disk_cache.dsl_version()}/k": ["x"]}}))
+    os.chmod(shared / disk_cache.MANIFEST, 0o644)
+    assert disk_cache.DiskCache().shared.entries() == {}
+
+
+def test_cache_dir_without_a_writable_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUTEDSL_BACKEND_CACHE_DIR", raising=False)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o500)
+    monkeypatch.setenv("HOME", str(home))
+    import os
+
+    if os.access(home, os.W_OK):  # root writes anywhere: the fallback is not needed there
+        assert disk_cache.cache_dir() == home / ".cache" / "cutedsl_backend"
+    else:
+        assert disk_cache.cache_dir().name == f"cutedsl_backend-{os.getuid()}"
