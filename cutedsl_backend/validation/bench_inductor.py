@@ -197,6 +197,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     winners = _Winners()
     add_feedback_saver(winners)
     stats0 = dict(compiler.STORE.stats, **cbi.stats())
+    skips0 = _cudagraph_skips()
     try:
         with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused() as forced:
             torch.cuda.synchronize()
@@ -224,7 +225,10 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
                 if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": fallbacks,
-           "our_kernel_fetches": ours, "our_timeline": timeline}
+           "cudagraph_skips": _cudagraph_skips() - skips0, "our_kernel_fetches": ours, "our_timeline": timeline}
+    if row["cudagraph_skips"]:
+        log(f"{name} {variant}: WARNING: Inductor skipped CUDA graphs {row['cudagraph_skips']} time(s): the time "
+            "per call includes launch overhead")
     if "CUTEDSL_BENCH_FORCE_UNFUSED" in AB_VARIANTS.get(variant, {}):
         row["forced_losses"] = forced["losses"]
         if not row["forced_losses"]:
@@ -366,6 +370,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         _clear_our_memory_caches()
         torch._dynamo.reset()
         fallbacks0 = cbi.stats()["runtime_fallbacks"]
+        skips0 = _cudagraph_skips()
         per_m = {}
         try:
             with fresh_cache(), torch.no_grad():
@@ -387,7 +392,11 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         finally:
             cbi.disable()
         row = {"block": "silu_mlp_dynamic", "variant": variant, "compile_s": compile_s, "per_m": per_m,
-               "runtime_fallbacks": cbi.stats()["runtime_fallbacks"] - fallbacks0}
+               "runtime_fallbacks": cbi.stats()["runtime_fallbacks"] - fallbacks0,
+               "cudagraph_skips": _cudagraph_skips() - skips0}
+        if row["cudagraph_skips"]:
+            log(f"silu_mlp dynamic {variant}: WARNING: Inductor skipped CUDA graphs {row['cudagraph_skips']} "
+                "time(s): the times per call include launch overhead")
         if variant == "aten+triton":
             base = row
         elif base is not None:
@@ -399,3 +408,11 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                                           else "") for m, v in per_m.items()))
         rows.append(row)
     return rows
+
+
+def _cudagraph_skips() -> int:
+    """How often Inductor has decided against CUDA graphs in this process (its own counter): a
+    row measured without them pays launch overhead the other rows may not."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])

@@ -85,3 +85,17 @@ def test_forced_loss_makes_our_timed_choices_lose(monkeypatch):
     assert bi._short(res.name) == res.name
     assert bi.AB_VARIANTS[bi.RESIDUAL_LOST]["CUTEDSL_BENCH_FORCE_UNFUSED"] == "_res_"
     assert len({v.split()[-1] for v in bi.AB_VARIANTS}) == len(bi.AB_VARIANTS)  # each its own cold cache dir
+
+
+def test_cudagraph_skips_follow_inductors_counter():
+    """bench-inductor reports rows measured without CUDA graphs (Inductor's own skip counter)."""
+    from torch._dynamo.utils import counters
+
+    from cutedsl_backend.validation import bench_inductor as bi
+
+    before = bi._cudagraph_skips()
+    counters["inductor"]["cudagraph_skips"] += 2
+    try:
+        assert bi._cudagraph_skips() == before + 2
+    finally:
+        counters["inductor"]["cudagraph_skips"] -= 2
