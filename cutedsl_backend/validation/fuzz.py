@@ -4,9 +4,10 @@ Each case (replayable from ``(seed, index)``) draws a GEMM a user could write: 2
 row- or column-major views, views at offsets into larger buffers (some misaligned), expanded
 (zero-stride) operands, empty and tiny extents, bias (per column, per row, of a wrong shape),
 residual (2-D, 3-D, strided, broadcast), an activation, alpha/beta, an ``out`` (fresh, strided,
-of a wrong shape, aliasing an input). Our call must then either return what torch computes
-(checked against a float64 evaluation with the tolerance policy, output poisoned with NaN first)
-or raise :class:`UnsupportedGemmError`; any other exception, or a wrong value, is a finding.
+of a wrong shape, aliasing an input), and sometimes an explicit swap-AB config. Our call must
+then either return what torch computes (checked against a float64 evaluation with the tolerance
+policy, output poisoned with NaN first) or raise :class:`UnsupportedGemmError`; any other
+exception, or a wrong value, is a finding.
 ``python -m cutedsl_backend fuzz`` runs it on a GPU; tests/gpu/test_fuzz_sm90.py runs a fixed seed.
 """
 
@@ -16,7 +17,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..configs import GemmConfig
+
 ACTIVATIONS = (None, None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+# explicit swap-AB configs (GemmConfig.swap_ab) some cases ask for: its plan's operand exchange
+# meets every layout, epilogue and out= form the fuzzer draws (a refusal by name is fine)
+SWAP_CONFIGS = (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule="pingpong", swap_ab=True),
+                GemmConfig(128, 192, splits=2, swap_ab=True),
+                GemmConfig(64, 64, schedule="pingpong", splits=3, swap_ab=True))
 
 
 @dataclass
@@ -127,6 +135,9 @@ def draw(seed: int, index: int, device="cuda") -> Case:
     elif q < 0.25:
         kwargs["out"] = torch.empty(max(1, m * n), device=device, dtype=out_dtype)
         notes.append("out of another shape")
+    if rng.random() < 0.15:  # drawn last: the draws above stay what they were for every seed
+        kwargs["config"] = rng.choice(SWAP_CONFIGS)
+        notes.append("swap-AB")
     return Case(index, a, b, kwargs, notes)
 
 

@@ -26,13 +26,13 @@ def test_cases_cover_the_input_kinds_and_torch_refusals():
             results += 1
             assert ref.dtype == torch.float64
     for kind in ("transposed", "offset", "expanded", "strided", "col bias", "row bias", "out", "strided out",
-                 "out of another shape", "bias at a 2-byte offset", "K mismatch"):
+                 "out of another shape", "bias at a 2-byte offset", "K mismatch", "swap-AB"):
         assert kind in notes, (kind, sorted(notes))
     assert refused > 0 and results > 300
 
 
 def _torch_gemm(a, b, *, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None, out=None,
-                drop_bias=False):
+                config=None, drop_bias=False):
     """A stand-in for cutedsl_backend.gemm with torch's semantics (what the fuzz expects)."""
     import cutedsl_backend as cb
     from cutedsl_backend.epilogue import torch_activation
