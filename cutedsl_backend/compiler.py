@@ -24,7 +24,7 @@ from .background import (  # noqa: F401  (public here too)
     worker_compile,
 )
 from .build import compile_kernel
-from .configs import GemmConfig, check_config, default_config, resolve_config
+from .configs import GemmConfig, check_config, default_config, kernel_view, resolve_config
 from .disk_cache import cache_dir, driver_available, untrusted_reason  # noqa: F401  (public here too)
 from .kernel import CompiledGemm, KernelKey, dsl_version, kernel_source_hash  # noqa: F401  (public here too)
 from .problem import GemmProblem, make_problem
@@ -37,14 +37,6 @@ from .workers import (  # noqa: F401  (the pool and its settings, public here to
 )
 
 log = logging.getLogger("cutedsl_backend.compiler")
-
-
-def kernel_view(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
-    """(problem, epilogue) as the kernel compiles them: a swap-AB config given the caller's problem
-    (row-major output) compiles for the swapped one (GemmProblem.swapped, EpilogueSpec.swapped)."""
-    if config is not None and config.swap_ab and problem.c_major == "n":
-        return problem.swapped(), None if epilogue is None else epilogue.swapped()
-    return problem, epilogue
 
 
 def resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> KernelKey:

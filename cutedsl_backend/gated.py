@@ -26,12 +26,13 @@ from .operands import (
     descriptor,
     max_clusters,
     memory_ranges,
+    operand,
     prepare,
     readable_by_tma,
     tma_writable,
 )
 from .plan import PLANS, raw_stream
-from .problem import UnsupportedGemmError, byte_span, dtype_name
+from .problem import UnsupportedGemmError, byte_span, dtype_name, gated_scale
 
 
 def _weights(w_gate, w_up, w_gate_up):
@@ -172,19 +173,17 @@ def _scale_kinds(m: int, n: int, scale_a, scale_gate, scale_up, scale_gate_up, d
     """(scale_a kind, scale_b kind) of the FP8 scales, checked: A's "scalar" or "row" (M values);
     the weights' "scalar" (one scale_gate_up) or "col" (one 2N [gate | up] vector, made per call
     from the two weights' scales: :func:`_scale_vectors`)."""
+    kinds = {}
     for what, t in (("scale_a", scale_a), ("scale_gate", scale_gate), ("scale_up", scale_up),
                     ("scale_gate_up", scale_gate_up)):
         if t is None:
             continue
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device != device:
+        if not isinstance(t, torch.Tensor) or t.device != device:
             raise UnsupportedGemmError(f"{what}: must be a float32 tensor on {device}")
         length = {"scale_a": m, "scale_gate_up": 2 * n}.get(what, n)
-        if t.numel() != 1 and (t.numel() != length or t.reshape(-1).stride(0) != 1):
-            raise UnsupportedGemmError(f"{what}: one element, or {length} contiguous ones (one per "
-                                       f"{'row of a' if what == 'scale_a' else 'weight row'})")
-    kind_a = "scalar" if scale_a.numel() == 1 else "row"
-    kind_b = "scalar" if scale_gate_up is not None and scale_gate_up.numel() == 1 else "col"
-    return kind_a, kind_b
+        kinds[what] = gated_scale(operand(t), what, length, "row of a" if what == "scale_a" else "weight row")
+    return ("scalar" if kinds["scale_a"] == "scalar" else "row"), (
+        "scalar" if kinds.get("scale_gate_up") == "scalar" else "col")
 
 
 def _scale_vectors(m: int, n: int, scale_a, scale_gate, scale_up, scale_gate_up) -> tuple:

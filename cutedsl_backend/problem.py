@@ -328,15 +328,19 @@ def bias_kind(t: Operand, m, n, sizes: Sizes = CONCRETE, row_broadcast: bool = F
     return kind
 
 
+def _numel(t: Operand):
+    out = 1
+    for s in t.shape:
+        out = out * s
+    return out
+
+
 def scale_kind(t: Operand, what: str, m, n, vector: str, sizes: Sizes = CONCRETE) -> str:
     """FP8 scales: "scalar" (one element: tensorwise) or ``vector`` ("row": (M, 1) for scale_a,
     "col": (1, N) for scale_b), float32, contiguous along its length."""
     if t.dtype != "float32":
         raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
-    numel = 1
-    for s in t.shape:
-        numel = numel * s
-    if t.dim <= 2 and sizes.equals(numel, 1):
+    if t.dim <= 2 and sizes.equals(_numel(t), 1):
         return "scalar"
     length, ones, unit = (m, 1, 0) if vector == "row" else (n, 0, 1)
     if (t.dim == 2 and sizes.equals(t.shape[ones], 1) and sizes.equals(t.shape[1 - ones] - length, 0)
@@ -344,6 +348,20 @@ def scale_kind(t: Operand, what: str, m, n, vector: str, sizes: Sizes = CONCRETE
         return vector
     want = (m, 1) if vector == "row" else (1, n)
     raise UnsupportedGemmError(f"{what}: shape must be () or {want} and contiguous, got {tuple(t.shape)}")
+
+
+def gated_scale(t: Operand, what: str, length, per: str, sizes: Sizes = CONCRETE) -> str:
+    """A gated GEMM's FP8 scale (a's, or a weight's): float32, "scalar" (one element) or "vector"
+    (``length`` values, one per ``per``, contiguous, in any shape: (M, 1), (1, N), (N,), ...)."""
+    if t.dtype != "float32":
+        raise UnsupportedGemmError(f"{what}: must be a float32 tensor, got {t.dtype}")
+    numel = _numel(t)
+    if sizes.equals(numel, 1):
+        return "scalar"
+    long = [s for extent, s in zip(t.shape, t.stride) if not sizes.equals(extent, 1)]
+    if sizes.equals(numel - length, 0) and len(long) == 1 and sizes.equals(long[0], 1):
+        return "vector"
+    raise UnsupportedGemmError(f"{what}: one element, or {length} contiguous ones (one per {per})")
 
 
 # ---------------------------------------------------------------------------- memory rules

@@ -62,7 +62,7 @@ from .resources import (
     smem_bytes_per_stage,
     split_k_workspace,
 )
-from .rules import check_config, fits, is_valid, valid_configs
+from .rules import check_config, fits, is_valid, kernel_view, valid_configs
 from .tuning import TUNED_SM90, TunedRule, tuned_choice
 
 __all__ = [
@@ -71,7 +71,7 @@ __all__ = [
     "RASTERS", "RES_STAGES", "SCHEDULES", "SM90_MAX_TILE_N", "SM100_ACC_STAGES", "SMEM_RESERVED",
     "TMEM_COLUMNS", "TUNED_SM90", "WIDE_TILE", "WIDE_TILE_BASE", "DecodeModel", "GemmConfig", "MidModel",
     "TunedRule", "acc_regs_per_thread", "check_config", "config_space", "ctas_per_mma", "decode_choice",
-    "default_config", "epilogue_groups", "epilogue_smem_bytes", "epilogue_tile", "family", "fits",
+    "default_config", "epilogue_groups", "epilogue_smem_bytes", "epilogue_tile", "family", "fits", "kernel_view",
     "heuristic_score", "is_valid", "k_slices", "launch_tiles", "max_stages", "mid_choice", "mma_atom_n",
     "natural_tile_k", "promoted_acc_copies", "quick_configs", "rank_configs", "resolve_config",
     "smem_bytes_per_stage", "split_k_workspace", "tuned_choice", "valid_configs", "wave_efficiency",

@@ -96,11 +96,18 @@ def valid_configs(problem: GemmProblem, space: Optional[Iterable[GemmConfig]] = 
     return [c for c in (space or family(problem.arch).space()) if is_valid(c, problem)]
 
 
+def kernel_view(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
+    """(problem, epilogue) as the kernel compiles them: a swap-AB config given the caller's problem
+    (row-major output) compiles for the swapped one (GemmProblem.swapped, EpilogueSpec.swapped)."""
+    if config is not None and config.swap_ab and problem.c_major == "n":
+        return problem.swapped(), None if epilogue is None else epilogue.swapped()
+    return problem, epilogue
+
+
 def fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
-    """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory). A swap-AB config
-    given the caller's problem (row-major output) is checked on the swapped one, as it would run."""
-    if cfg.swap_ab and problem.c_major == "n":
-        problem, epilogue = problem.swapped(), None if epilogue is None else epilogue.swapped()
+    """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory), on the problem as
+    the kernel would run it (:func:`kernel_view`)."""
+    problem, epilogue = kernel_view(problem, cfg, epilogue)
     try:
         check_config(cfg, problem, epilogue)
     except UnsupportedGemmError:

@@ -61,10 +61,16 @@ def _linear(gemm: Node):
             return None
     else:
         return None
-    if not (isinstance(wt, Node) and wt.target is aten.permute.default and list(wt.args[1]) == [1, 0]
-            and _only_user(wt) is gemm):
-        return None
-    return x, wt.args[0], bias
+    w = _weight(wt, gemm)
+    return None if w is None else (x, w, bias)
+
+
+def _weight(wt, gemm: Node):
+    """``w`` of ``permute(w, [1, 0])`` used by ``gemm`` alone (an nn.Linear's (N, K) weight), else None."""
+    if isinstance(wt, Node) and wt.target is aten.permute.default and list(wt.args[1]) == [1, 0] and (
+            _only_user(wt) is gemm):
+        return wt.args[0]
+    return None
 
 
 def _is_bias(b, out: Node) -> bool:
@@ -186,13 +192,11 @@ def _scaled_linear(node) -> Optional[tuple]:
     args = dict(zip(names, node.args))
     args.update(node.kwargs)
     x, wt = args.get("self"), args.get("mat2")
-    if args.get("bias") is not None or args.get("scale_result") is not None:
-        return None
-    if not (isinstance(wt, Node) and wt.target is aten.permute.default and list(wt.args[1]) == [1, 0]
-            and _only_user(wt) is node):
+    w = _weight(wt, node)
+    if w is None or args.get("bias") is not None or args.get("scale_result") is not None:
         return None
     out_dtype = args.get("out_dtype") or _val(x).dtype
-    return x, wt.args[0], args.get("scale_a"), args.get("scale_b"), out_dtype, bool(args.get("use_fast_accum"))
+    return x, w, args.get("scale_a"), args.get("scale_b"), out_dtype, bool(args.get("use_fast_accum"))
 
 
 def _match_scaled(mul: Node) -> Optional[dict]:
@@ -372,21 +376,13 @@ def _scale_kinds(scales, m, n, sizes) -> tuple:
     """The gated kernel's scale kinds for _scaled_mm's scales (a's, the gate's, the up's): a's
     "scalar" or "row" ((M, 1)); the weights' always one 2N "col" vector (the op makes it per call
     from two scales, each one or N contiguous values)."""
+    from ..problem import gated_scale
+
     sa, sg, su = scales
-
-    def numel(t):
-        out = 1
-        for s in t.shape:
-            out = out * s
-        return out
-
-    for what, t, length in (("scale_a", sa, m), ("scale_gate", sg, n), ("scale_up", su, n)):
-        if t.dtype != "float32":
-            raise UnsupportedGemmError(f"{what}: dtype must be float32, got {t.dtype}")
-        if not sizes.equals(numel(t), 1) and not (sizes.equals(numel(t) - length, 0)
-                                                  and sizes.equals(t.stride[-1 if what != "scale_a" else 0], 1)):
-            raise UnsupportedGemmError(f"{what}: one element or {length} contiguous ones")
-    return ("scalar" if sizes.equals(numel(sa), 1) else "row"), "col"
+    kind_a = gated_scale(sa, "scale_a", m, "row of a", sizes)
+    for what, t in (("scale_gate", sg), ("scale_up", su)):
+        gated_scale(t, what, n, "weight row", sizes)
+    return ("scalar" if kind_a == "scalar" else "row"), "col"
 
 
 def lower(a, w_gate, w_up, bias_gate_up=None, *, activation, kernel_config=""):

@@ -13,3 +13,23 @@ def layout_operands(L, M, N, K, dtype, a_major, b_major, seed):
     b = torch.randn(L, K, N, device="cuda", generator=g) if b_major == "n" else \
         torch.randn(L, N, K, device="cuda", generator=g).transpose(1, 2)
     return a.to(dtype), b.to(dtype), g
+
+
+def check_config_over_shapes(cfg, dtype: str, layout, shapes, seed, also_fresh=False):
+    """``gemm(a, b, config=cfg)`` on each (L, M, N, K) of ``shapes`` with operands of ``layout``
+    (an M-major A only where M is a multiple of 8: the 16-byte rule), into a NaN-poisoned ``out``,
+    against float64; with ``also_fresh`` a result the plan allocates must hold the same bits."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation.tolerances import compare
+
+    dt = getattr(torch, dtype)
+    for i, (L, M, N, K) in enumerate(shapes):
+        if layout[0] == "m" and M % 8:
+            continue
+        a, b, _ = layout_operands(L, M, N, K, dt, *layout, seed=seed + i)
+        out = torch.full((L, M, N), float("nan"), device="cuda", dtype=dt)
+        cb.gemm(a, b, config=cfg, out=out)
+        m = compare(out, a.double() @ b.double(), dtype, K)
+        assert m["ok"], (L, M, N, K, m)
+        if also_fresh:
+            assert torch.equal(cb.gemm(a, b, config=cfg), out), (L, M, N, K)

@@ -16,6 +16,7 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
+from .operands import check_config_over_shapes  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -32,17 +33,7 @@ SEED = 7070
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
 def test_swap_ab(cfg, dtype, layout):
-    dt = getattr(torch, dtype)
-    for i, (L, M, N, K) in enumerate(SHAPES):
-        if layout[0] == "m" and M % 8:
-            continue  # an M-major A needs M a multiple of 8 (16-byte rule)
-        a, b, _ = operands(L, M, N, K, dt, *layout, seed=SEED + i)
-        out = torch.full((L, M, N), float("nan"), device="cuda", dtype=dt)
-        cb.gemm(a, b, config=cfg, out=out)
-        m = compare(out, a.double() @ b.double(), dtype, K)
-        assert m["ok"], (L, M, N, K, m)
-        fresh = cb.gemm(a, b, config=cfg)  # a result the plan allocates
-        assert torch.equal(fresh, out), (L, M, N, K)
+    check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED, also_fresh=True)
 
 
 @pytest.mark.epilogue("fused")

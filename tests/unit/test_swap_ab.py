@@ -120,7 +120,7 @@ def test_swapped_epilogue_and_fits_on_the_callers_problem():
 @pytest.mark.compile
 def test_public_compile_of_a_swap_config_builds_the_swapped_kernel(tmp_path, monkeypatch):
     """compile_gemm / get_kernel / precompile given the caller's problem and a swap-AB config
-    compile the kernel of the swapped problem (compiler.kernel_view)."""
+    compile the kernel of the swapped problem (configs.kernel_view)."""
     monkeypatch.setenv("CUTEDSL_BACKEND_CACHE_DIR", str(tmp_path))
     import cutedsl_backend as cb
     from cutedsl_backend.compiler import kernel_view
