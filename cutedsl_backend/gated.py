@@ -109,7 +109,8 @@ def gemm_gated(a: torch.Tensor, w_gate: Optional[torch.Tensor] = None, w_up: Opt
     - autograd: where a or a weight requires grad (in grad mode, two-weight form) the result is
       differentiable; the backward recomputes gate and up on our kernels (fp32) and runs its four
       GEMMs on them (:class:`GatedFunction`); no ``out`` then.
-    - device: an sm90 (Hopper) GPU.
+    - device: an sm90 (Hopper) or sm100 (Blackwell) GPU, as ``gemm`` (the sm100a kernel is
+      compile-verified; no Blackwell GPU has run it).
 
     Raises :class:`UnsupportedGemmError` naming the rule an input breaks.
     """

@@ -69,15 +69,14 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
     fam.check(cfg, problem)
     if epilogue is not None and getattr(epilogue, "gated", None):
         if not fam.gated:
-            raise UnsupportedGemmError(f"gated: the gated epilogue is implemented for sm90a, not {cfg.arch}")
+            raise UnsupportedGemmError(f"gated: the gated epilogue is not implemented for {cfg.arch}")
         if problem.b_major != "k":
             raise UnsupportedGemmError("gated: the weights must be K-major ((N, K) row-major, as nn.Linear has them)")
-        if cfg.cluster_m != 1:
-            raise UnsupportedGemmError("gated: cluster_m must be 1 (the gate and up halves are not multicast)")
         if cfg.tile_n % (2 * EPI_TILE_N) or cfg.tile_n > 256:
             raise UnsupportedGemmError(
                 f"gated: tile_n {cfg.tile_n} must be a multiple of {2 * EPI_TILE_N} up to 256 (gate and up halves "
-                "of whole epilogue sub-tiles, one WGMMA along N)")
+                "of whole epilogue sub-tiles, one MMA along N)")
+        fam.check_gated(cfg, problem)
     stages = cfg.stages or max_stages(cfg, problem, epilogue)
     need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem, epilogue)
     need += SMEM_RESERVED

@@ -15,6 +15,7 @@ class Sm100Family(ArchFamily):
     kernel = "cutedsl_backend.kernels.sm100:Sm100Gemm"
     split_k = True  # compile-verified only: no Blackwell GPU has run it
     swap_ab = True  # the same: the epilogue stores a column-major output (compile-verified)
+    gated = True  # the same: two half-width MMAs per k-block, gate and up (kernels/sm100.py)
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         return MAX_MMA_N

@@ -42,6 +42,10 @@ class Sm90Family(ArchFamily):
             return (64, EPI_TILE_N)
         return super().epilogue_tile(cfg)
 
+    def check_gated(self, cfg: GemmConfig, problem: GemmProblem) -> None:
+        if cfg.cluster_m != 1:
+            raise UnsupportedGemmError("gated: cluster_m must be 1 (the gate and up halves are not multicast)")
+
     def check(self, cfg: GemmConfig, problem: GemmProblem) -> None:
         if cfg.two_cta:
             raise UnsupportedGemmError("two_cta is an sm100a option")

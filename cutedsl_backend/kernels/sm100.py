@@ -9,6 +9,12 @@ Warps of one CTA (192 threads):
 Tile order comes from the shared persistent scheduler (kernels/scheduler.py). As on sm90a, TMA
 zero-fills out-of-bounds loads and clips stores, so any M, N, K is exact.
 
+The gated epilogue (EpilogueSpec.gated, act(a @ w_gate^T) * (a @ w_up^T)): the config's tile_n
+counts gate and up columns together; each k-block issues two MMAs of half that width, one on the
+gate rows (mB) and one on the up rows of the same output columns (mB2, a second TMA load into its
+own smem ring), into two accumulators in tensor memory; the epilogue reads each output sub-tile's
+gate and up fragments side by side and stores the half-wide output tile.
+
 No Blackwell GPU exists here: this family is proven by compiling for sm_100a (UTCHMMA/UTCQMMA,
 UTMALDG, no spills, budgets) and by sharing the scheduler, epilogue, configs and host plumbing
 with the sm90a family that runs on the H200.
@@ -46,11 +52,12 @@ MMA_WARP = 4
 TMA_WARP = 5
 # tensor-memory accumulator buffers: the epilogue of tile i overlaps the MMAs of tile i+1
 ACC_STAGES = SM100_ACC_STAGES
+GATED_EPI_N = 16  # the gated epilogue's sub-tile width (see Sm100Gemm.__call__)
 
 
 class Sm100Gemm(SplitKUnits):
-    """Same host signature as Sm90Gemm: (mA, mB, mC, mBias, mScaleA, mScaleB, mRes, alpha, beta,
-    max_clusters, stream); ``cfg`` resolved (tile_k and stages set)."""
+    """Same host signature as Sm90Gemm: (mA, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+    alpha, beta, max_clusters, stream[, mB2]); ``cfg`` resolved (tile_k and stages set)."""
 
     def __init__(self, cfg: GemmConfig, epilogue: EpilogueSpec, promote_fp8: bool = False):
         assert cfg.tile_k and cfg.stages, "resolve the config first"
@@ -60,7 +67,12 @@ class Sm100Gemm(SplitKUnits):
         self.acc_dtype = cutlass.Float32
         self.two_cta = cfg.two_cta
         self.cta_group = tcgen05.CtaGroup.TWO if cfg.two_cta else tcgen05.CtaGroup.ONE
-        self.mma_tiler_mn = (cfg.tile_m, cfg.tile_n)
+        self.gated = epilogue.gated is not None
+        # the output tile's width: the gated epilogue's gate and up halves are two MMAs of half the width
+        self.out_tile_n = cfg.tile_n // 2 if self.gated else cfg.tile_n
+        # accumulators in tensor memory: gated, the gate's at 2i and the up's at 2i + 1 of stage i
+        self.acc_buffers = ACC_STAGES * (2 if self.gated else 1)
+        self.mma_tiler_mn = (cfg.tile_m, self.out_tile_n)
         self.cluster_shape_mn = (cfg.cluster_m, cfg.cluster_n)
         self.ab_stage = cfg.stages
         self.threads_per_cta = 32 * (len(EPI_WARPS) + 2)
@@ -71,7 +83,9 @@ class Sm100Gemm(SplitKUnits):
                  mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                  mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                  mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                 alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+                 alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream,
+                 mB2: Optional[cute.Tensor] = None):
+        """``mB2``: the gated epilogue's up weights (N, K, L), ``mB`` then holding the gate's."""
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
         self.c_dtype = mC.element_type
@@ -82,23 +96,28 @@ class Sm100Gemm(SplitKUnits):
         tiled_mma = sm100_utils.make_trivial_tiled_mma(
             self.a_dtype, self.a_major, self.b_major, self.acc_dtype, self.cta_group, self.mma_tiler_mn)
         inst_k = cute.size(tiled_mma.shape_mnk, mode=[2])
-        self.mma_tiler = (self.cfg.tile_m, self.cfg.tile_n, inst_k * 4)
+        self.mma_tiler = (self.cfg.tile_m, self.out_tile_n, inst_k * 4)
         pair = cute.size(tiled_mma.thr_id.shape)
-        self.cta_tile_shape_mnk = (self.cfg.tile_m // pair, self.cfg.tile_n, self.mma_tiler[2])
+        self.cta_tile_shape_mnk = (self.cfg.tile_m // pair, self.out_tile_n, self.mma_tiler[2])
         self.cluster_layout_vmnk = cute.tiled_divide(
             cute.make_layout((*self.cluster_shape_mn, 1)), (tiled_mma.thr_id.shape,))
         self.num_mcast_ctas_a = cute.size(self.cluster_layout_vmnk.shape[2])
         self.num_mcast_ctas_b = cute.size(self.cluster_layout_vmnk.shape[1])
         self.is_a_mcast = self.num_mcast_ctas_a > 1
         self.is_b_mcast = self.num_mcast_ctas_b > 1
-        self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
-            self.cta_tile_shape_mnk, self.two_cta, self.c_layout, self.c_dtype)
+        epi_cta_tile = self.cta_tile_shape_mnk
+        if cutlass.const_expr(self.gated and self.cta_tile_shape_mnk[0] > 64):
+            # gated: a thread holds two fragments (gate and up) and their per-column vectors
+            # (biases, scales): 16-column sub-tiles keep them in registers. (A 64-row 2-CTA tile
+            # spreads its columns over two warps already, and its sub-tile's columns are strided.)
+            epi_cta_tile = (self.cta_tile_shape_mnk[0], GATED_EPI_N, self.cta_tile_shape_mnk[2])
+        self.epi_tile = sm100_utils.compute_epilogue_tile_shape(epi_cta_tile, self.two_cta, self.c_layout, self.c_dtype)
 
         a_smem_staged = sm100_utils.make_smem_layout_a(tiled_mma, self.mma_tiler, self.a_dtype, self.ab_stage)
         b_smem_staged = sm100_utils.make_smem_layout_b(tiled_mma, self.mma_tiler, self.b_dtype, self.ab_stage)
         c_smem_staged = sm100_utils.make_smem_layout_epi(self.c_dtype, self.c_layout, self.epi_tile, EPI_STAGES)
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
-        acc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, ACC_STAGES))
+        acc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_buffers))
         self.num_tmem_cols = utils.get_num_tmem_alloc_cols(acc_fake, arch="sm_100")
 
         a_op = sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mn, tiled_mma.thr_id)
@@ -109,11 +128,18 @@ class Sm100Gemm(SplitKUnits):
         b_smem = cute.slice_(b_smem_staged, (None, None, None, 0))
         tma_b, tma_tensor_b = cute.nvgpu.make_tiled_tma_atom_B(
             b_op, mB, b_smem, self.mma_tiler, tiled_mma, self.cluster_layout_vmnk.shape)
-        self.tma_bytes = (cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)) * pair
+        b_loads = 1
+        tma_b2 = tma_tensor_b2 = None
+        if cutlass.const_expr(self.gated):
+            tma_b2, tma_tensor_b2 = cute.nvgpu.make_tiled_tma_atom_B(
+                b_op, mB2, b_smem, self.mma_tiler, tiled_mma, self.cluster_layout_vmnk.shape)
+            b_loads = 2
+        self.tma_bytes = (cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem) * b_loads
+                          ) * pair
         tma_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(), mC, cute.select(c_smem_staged, mode=[0, 1]), self.epi_tile)
 
-        grid = TileGrid(mC, self.cta_tile_shape_mnk[0], self.cfg)
+        grid = TileGrid(mC, self.cta_tile_shape_mnk[0], self.cfg, tile_n=self.out_tile_n)
 
         @cute.struct
         class SharedStorage:
@@ -130,7 +156,7 @@ class Sm100Gemm(SplitKUnits):
             tiled_mma, tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, mC,
             self.cluster_layout_vmnk, a_smem_staged, b_smem_staged, c_smem_staged, self.epi_tile,
             grid.clusters_m, grid.clusters_n, grid.total(),
-            mBias, mScaleA, mScaleB, mRes, alpha, beta, mWork, mCounters, units,
+            mBias, mScaleA, mScaleB, mRes, alpha, beta, mWork, mCounters, units, tma_b2, tma_tensor_b2,
         ).launch(
             grid=(self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(units, max_clusters)),
             block=[self.threads_per_cta, 1, 1],
@@ -150,7 +176,7 @@ class Sm100Gemm(SplitKUnits):
                mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                alpha: Float32, beta: Float32, mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-               total_units: Int32):
+               total_units: Int32, tma_b2: Optional[cute.CopyAtom], mB2_nkl: Optional[cute.Tensor]):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         cta_m, cta_n, first_cluster = cute.arch.block_idx()
@@ -165,6 +191,8 @@ class Sm100Gemm(SplitKUnits):
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
             cpasync.prefetch_descriptor(tma_c)
+            if cutlass.const_expr(self.gated):
+                cpasync.prefetch_descriptor(tma_b2)
 
         smem = SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -201,6 +229,10 @@ class Sm100Gemm(SplitKUnits):
                                   swizzle=b_smem_staged.inner)
         sC = smem.allocate_tensor(element_type=self.c_dtype, layout=c_smem_staged.outer, byte_alignment=128,
                                   swizzle=c_smem_staged.inner)
+        sB2 = None
+        if cutlass.const_expr(self.gated):  # the up rows' ring, beside the gate rows' (sB)
+            sB2 = smem.allocate_tensor(element_type=self.b_dtype, layout=b_smem_staged.outer, byte_alignment=128,
+                                       swizzle=b_smem_staged.inner)
 
         a_mcast_mask = None
         b_mcast_mask = None
@@ -229,8 +261,16 @@ class Sm100Gemm(SplitKUnits):
             cute.group_modes(sB, 0, 3), cute.group_modes(tCgB, 0, 3))
         tCrA = tiled_mma.make_fragment_A(sA)
         tCrB = tiled_mma.make_fragment_B(sB)
+        tB2sB2 = tB2gB2 = tCrB2 = None
+        if cutlass.const_expr(self.gated):
+            gB2 = cute.local_tile(mB2_nkl, cute.slice_(self.mma_tiler, (0, None, None)), (None, None, None))
+            tB2sB2, tB2gB2 = cpasync.tma_partition(
+                tma_b2, cluster_coord_vmnk[1],
+                cute.make_layout(cute.slice_(cluster_layout_vmnk, (0, None, 0, 0)).shape),
+                cute.group_modes(sB2, 0, 3), cute.group_modes(thr_mma.partition_B(gB2), 0, 3))
+            tCrB2 = tiled_mma.make_fragment_B(sB2)
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
-        acc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, ACC_STAGES))
+        acc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_buffers))
 
         pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)
         group = self.cfg.group
@@ -246,6 +286,9 @@ class Sm100Gemm(SplitKUnits):
                 tile_n = cn * self.cfg.cluster_n + cta_n
                 tAgA_t = tAgA[(None, mma_m, None, l)]
                 tBgB_t = tBgB[(None, tile_n, None, l)]
+                tB2gB2_t = None
+                if cutlass.const_expr(self.gated):
+                    tB2gB2_t = tB2gB2[(None, tile_n, None, l)]
                 ab_producer.reset()
                 peek = ab_producer.try_acquire()
                 for _k in cutlass.range(0, k_count, 1, unroll=1):
@@ -257,6 +300,9 @@ class Sm100Gemm(SplitKUnits):
                               tma_bar_ptr=handle.barrier, mcast_mask=a_mcast_mask)
                     cute.copy(tma_b, tBgB_t[(None, k)], tBsB[(None, handle.index)],
                               tma_bar_ptr=handle.barrier, mcast_mask=b_mcast_mask)
+                    if cutlass.const_expr(self.gated):
+                        cute.copy(tma_b2, tB2gB2_t[(None, k)], tB2sB2[(None, handle.index)],
+                                  tma_bar_ptr=handle.barrier, mcast_mask=b_mcast_mask)
                     peek = cutlass.Boolean(1)
                     if handle.count + 1 < k_count:
                         peek = ab_producer.try_acquire()
@@ -272,6 +318,10 @@ class Sm100Gemm(SplitKUnits):
                 split, _tile = self._unit(idx, total_clusters)
                 k_count = self._k_range(split, k_tiles)[1]
                 tCtAcc = tCtAcc_base[(None, None, None, acc_state.index)]
+                tCtUp = None
+                if cutlass.const_expr(self.gated):
+                    tCtAcc = tCtAcc_base[(None, None, None, 2 * acc_state.index)]
+                    tCtUp = tCtAcc_base[(None, None, None, 2 * acc_state.index + 1)]
                 ab_consumer.reset()
                 peek = cutlass.Boolean(1)
                 if is_leader_cta:
@@ -284,6 +334,8 @@ class Sm100Gemm(SplitKUnits):
                         for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
                             coord = (None, None, kb, handle.index)
                             cute.gemm(tiled_mma, tCtAcc, tCrA[coord], tCrB[coord], tCtAcc)
+                            if cutlass.const_expr(self.gated):
+                                cute.gemm(tiled_mma, tCtUp, tCrA[coord], tCrB2[coord], tCtUp)
                             tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                         handle.release()
                         peek = cutlass.Boolean(1)
@@ -304,7 +356,7 @@ class Sm100Gemm(SplitKUnits):
             # coordinates below are the output's own (origin 0), vectors read from global memory:
             # the epilogue warps overlap the next tile's MMAs through the double-buffered accumulator
             epi_ops = epi.EpilogueOperands(self.epilogue, epi_args, self.cta_tile_shape_mnk[0],
-                                           self.cfg.tile_n, 32 * len(EPI_WARPS))
+                                           self.out_tile_n, 32 * len(EPI_WARPS))
             # ---- epilogue: tensor memory -> registers -> the shared formula -> smem -> TMA store
             tCgC_mn = transform_partitioned_tensor_layout(tCgC)
             tCcC_mn = transform_partitioned_tensor_layout(tCcC)
@@ -319,6 +371,7 @@ class Sm100Gemm(SplitKUnits):
             tTR_gC = thr_t2r.partition_D(tCgC_epi)
             tTR_cC_all = thr_t2r.partition_D(cute.flat_divide(tCcC_mn, epi_tile))
             tTR_rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0, 0, 0, 0)].shape, self.acc_dtype)
+            tTR_rUp = cute.make_rmem_tensor(tTR_rAcc.shape, self.acc_dtype) if self.gated else None
             tTR_rC = cute.make_rmem_tensor(tTR_rAcc.shape, self.c_dtype)
             r2s_atom = sm100_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype, tiled_t2r)
             tiled_r2s = cute.make_tiled_copy_D(r2s_atom, tiled_t2r)
@@ -346,9 +399,16 @@ class Sm100Gemm(SplitKUnits):
                 bSG_gC = cute.group_modes(bSG_gC_all[(None, None, None, *tile)], 1, 3)
                 tTR_cC = cute.group_modes(tTR_cC_all[(None, None, None, None, None, *tile)], 3, 5)
                 tTR_tAcc = cute.group_modes(tTR_tAcc_all[(None, None, None, None, None, acc_state.index)], 3, 5)
+                tTR_tUp = None
+                if cutlass.const_expr(self.gated):
+                    tTR_tAcc = cute.group_modes(tTR_tAcc_all[(None, None, None, None, None, 2 * acc_state.index)], 3, 5)
+                    tTR_tUp = cute.group_modes(
+                        tTR_tAcc_all[(None, None, None, None, None, 2 * acc_state.index + 1)], 3, 5)
                 tile_ops = epi_ops.for_tile(Int32(0), Int32(0), l, tidx)
                 acc_pipeline.consumer_wait(acc_state)
                 parts = cute.size(tTR_tAcc.shape, mode=[3])
+                # workspace parts of a split-K slice: gated, the up's parts follow the gate's
+                acc_parts = 2 * parts if self.gated else parts
                 finishes_tile = True
                 if cutlass.const_expr(self.cfg.splits > 1):
                     # split-K: this slice's accumulator to the workspace, part by part, the tensor
@@ -356,20 +416,33 @@ class Sm100Gemm(SplitKUnits):
                     cta_tile = tile_idx * (self.cfg.cluster_m * self.cfg.cluster_n) + cta_rank
                     for s in cutlass.range_constexpr(parts):
                         cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
-                        store_partial(tTR_rAcc, mWork, cta_tile, split, Int32(s), self.cfg.splits, parts, tidx,
+                        store_partial(tTR_rAcc, mWork, cta_tile, split, Int32(s), self.cfg.splits, acc_parts, tidx,
                                       epi_threads)
+                        if cutlass.const_expr(self.gated):
+                            cute.copy(tiled_t2r, tTR_tUp[(None, None, None, s)], tTR_rUp)
+                            store_partial(tTR_rUp, mWork, cta_tile, split, Int32(parts + s), self.cfg.splits,
+                                          acc_parts, tidx, epi_threads)
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
                     finishes_tile = arrive(mCounters, cta_tile, self.cfg.splits, tidx, epi_sync, split_arrival)
                 if finishes_tile:
                     for s in cutlass.range_constexpr(parts):
                         if cutlass.const_expr(self.cfg.splits > 1):
-                            load_sum(tTR_rAcc, mWork, cta_tile, Int32(s), self.cfg.splits, parts, tidx, epi_threads)
+                            load_sum(tTR_rAcc, mWork, cta_tile, Int32(s), self.cfg.splits, acc_parts, tidx,
+                                     epi_threads)
+                            if cutlass.const_expr(self.gated):
+                                load_sum(tTR_rUp, mWork, cta_tile, Int32(parts + s), self.cfg.splits, acc_parts, tidx,
+                                         epi_threads)
                         else:
                             cute.copy(tiled_t2r, tTR_tAcc[(None, None, None, s)], tTR_rAcc)
+                            if cutlass.const_expr(self.gated):
+                                cute.copy(tiled_t2r, tTR_tUp[(None, None, None, s)], tTR_rUp)
                         coords = tTR_cC[(None, None, None, s)]
                         coord_of = lambda v: (coords[v][0], coords[v][1])  # noqa: E731
-                        x = tile_ops.apply(tTR_rAcc, coord_of)
+                        if cutlass.const_expr(self.gated):
+                            x = tile_ops.apply_gated(tTR_rAcc, tTR_rUp, coord_of)
+                        else:
+                            x = tile_ops.apply(tTR_rAcc, coord_of)
                         tTR_rC.store(x.to(self.c_dtype))
                         buf = epi_count % EPI_STAGES
                         cute.copy(tiled_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])

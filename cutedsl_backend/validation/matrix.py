@@ -31,7 +31,7 @@ EPILOGUES = {
     "rowwise-scales": lambda od: EpilogueSpec(scale_a="row", scale_b="col"),
     "rowwise-scales+bias+gelu_tanh": lambda od: EpilogueSpec(scale_a="row", scale_b="col", bias="col",
                                                              bias_dtype=od, activation="gelu_tanh"),
-    # gated MLP (gemm_gated: act(a @ w_gate^T) * (a @ w_up^T)), sm90a, K-major weights
+    # gated MLP (gemm_gated: act(a @ w_gate^T) * (a @ w_up^T)), K-major weights
     "gated-silu": lambda od: EpilogueSpec(gated="silu"),
     "gated-gelu_tanh": lambda od: EpilogueSpec(gated="gelu_tanh"),
 }
@@ -110,7 +110,11 @@ def fp8_configs(arch: str) -> list[GemmConfig]:
 
 
 def gated_configs(arch: str) -> list[GemmConfig]:
-    """The gated epilogue's cells: a cooperative 128x256 and a pingpong 128x128 tile (no B multicast)."""
+    """The gated epilogue's cells: sm90a a cooperative 128x256 and a pingpong 128x128 tile (no B
+    multicast); sm100a a 1-CTA 128x256 and a 2-CTA 256x256 tile with B multicast."""
+    if arch == "sm100a":
+        return [GemmConfig(128, 256, cluster_n=2, arch=arch),
+                GemmConfig(256, 256, cluster_m=2, two_cta=True, arch=arch)]
     return [GemmConfig(128, 256, cluster_n=2, arch=arch), GemmConfig(128, 128, schedule="pingpong", arch=arch)]
 
 
@@ -176,10 +180,13 @@ def sass_digests() -> dict:
             kernels.append((arch, cfg, "k", "k", fused))
     for cfg in (GemmConfig(64, 96, schedule="pingpong", splits=3, a_rows=16), GemmConfig(128, 128, splits=2)):
         kernels.append(("sm90a", cfg, "k", "k", None))
+    gated = EpilogueSpec(gated="silu", bias="col", bias_dtype="bfloat16")
+    for arch in ("sm90a", "sm100a"):
+        kernels.append((arch, gated_configs(arch)[0], "k", "k", gated))
     out = {}
     for arch, cfg, a_major, b_major, epi in kernels:
         k = compile_gemm(8, 1048, 776, dtype="bfloat16", arch=arch, a_major=a_major, b_major=b_major, config=cfg,
                          epilogue=epi, use_cache=False)
-        name = f"{cfg.name}/a{a_major}b{b_major}/{'fused' if epi else 'none'}"
+        name = f"{cfg.name}/a{a_major}b{b_major}/{'none' if epi is None else 'gated' if epi.gated else 'fused'}"
         out[name] = hashlib.sha256(k.sass().encode()).hexdigest()[:16]
     return out

@@ -47,9 +47,6 @@ def test_config_rules_name_what_the_gated_kernel_does_not_take():
     n_major = GemmProblem(256, 512, 256, 1, "bfloat16", "bfloat16", "k", "n", "sm90a")
     with pytest.raises(UnsupportedGemmError, match="K-major"):
         check_config(GemmConfig(128, 128), n_major, spec)
-    sm100 = GemmProblem(256, 512, 256, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
-    with pytest.raises(UnsupportedGemmError, match="implemented for sm90a"):
-        check_config(GemmConfig(128, 128, arch="sm100a"), sm100, spec)
 
 
 @pytest.mark.parametrize("m", [1, 16, 192, 4096])

@@ -33,3 +33,25 @@ def check_config_over_shapes(cfg, dtype: str, layout, shapes, seed, also_fresh=F
         assert m["ok"], (L, M, N, K, m)
         if also_fresh:
             assert torch.equal(cb.gemm(a, b, config=cfg), out), (L, M, N, K)
+
+
+def gated_operands(m, n, k, dtype, seed):
+    """a (m, k) and nn.Linear-shaped gate and up weights (n, k), scaled so the product is O(1)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(dtype)
+    w_gate = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(dtype)
+    w_up = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(dtype)
+    return a, w_gate, w_up
+
+
+def gated_reference(a, w_gate, w_up, act, bias_gate=None, bias_up=None):
+    """act(a @ w_gate^T + b_gate) * (a @ w_up^T + b_up) in float64."""
+    from cutedsl_backend.epilogue import torch_activation
+
+    g = a.double() @ w_gate.double().t()
+    u = a.double() @ w_up.double().t()
+    if bias_gate is not None:
+        g = g + bias_gate.double()
+    if bias_up is not None:
+        u = u + bias_up.double()
+    return torch_activation(act)(g) * u

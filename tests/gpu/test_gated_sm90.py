@@ -13,23 +13,12 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import GATED_ACTIVATIONS, torch_activation  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
+from .operands import gated_operands as operands  # noqa: E402
+from .operands import gated_reference as reference  # noqa: E402
+
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("fused")]
 SEED = 5150
 SHAPES = [(1, 64, 64), (7, 136, 520), (200, 264, 512), (1000, 1024, 256), (4096, 512, 4096)]  # M, N, K
-
-
-def operands(m, n, k, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(m, k, device="cuda", generator=g).to(dtype)
-    w_gate = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(dtype)
-    w_up = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(dtype)
-    return a, w_gate, w_up
-
-
-def reference(a, w_gate, w_up, act):
-    g = a.double() @ w_gate.double().t()
-    u = a.double() @ w_up.double().t()
-    return torch_activation(act)(g) * u
 
 
 @pytest.mark.parametrize("act", GATED_ACTIVATIONS)
