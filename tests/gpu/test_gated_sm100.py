@@ -14,7 +14,7 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import GATED_ACTIVATIONS  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import gated_operands, gated_reference  # noqa: E402
+from .operands import check_gated_over_shapes, gated_operands, gated_reference  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm100"), pytest.mark.epilogue("fused")]
 SEED = 7160
@@ -27,13 +27,7 @@ CONFIGS = [GemmConfig(128, 256, cluster_n=2, arch="sm100a"), GemmConfig(64, 128,
 @pytest.mark.parametrize("act", GATED_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gated_numerics_over_tails(act, dtype):
-    dt = getattr(torch, dtype)
-    for i, (m, n, k) in enumerate(SHAPES):
-        a, wg, wu = gated_operands(m, n, k, dt, SEED + i)
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
-        assert cb.gemm_gated(a, wg, wu, activation=act, out=out) is out
-        c = compare(out, gated_reference(a, wg, wu, act), dtype, k, activation=act)
-        assert c["ok"], (m, n, k, c)
+    check_gated_over_shapes(SHAPES, act, dtype, SEED)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)

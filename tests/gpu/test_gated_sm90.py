@@ -13,6 +13,7 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import GATED_ACTIVATIONS, torch_activation  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
+from .operands import check_gated_over_shapes  # noqa: E402
 from .operands import gated_operands as operands  # noqa: E402
 from .operands import gated_reference as reference  # noqa: E402
 
@@ -24,24 +25,15 @@ SHAPES = [(1, 64, 64), (7, 136, 520), (200, 264, 512), (1000, 1024, 256), (4096,
 @pytest.mark.parametrize("act", GATED_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_gated_numerics_over_tails(act, dtype):
-    dt = getattr(torch, dtype)
-    for i, (m, n, k) in enumerate(SHAPES):
-        a, wg, wu = operands(m, n, k, dt, SEED + i)
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
-        assert cb.gemm_gated(a, wg, wu, activation=act, out=out) is out
-        c = compare(out, reference(a, wg, wu, act), dtype, k, activation=act)
-        assert c["ok"], (m, n, k, c)
+    check_gated_over_shapes(SHAPES, act, dtype, SEED)
 
 
 @pytest.mark.parametrize("cfg", [GemmConfig(128, 256, cluster_n=2), GemmConfig(128, 128, schedule="pingpong"),
                                  GemmConfig(64, 128, schedule="pingpong", splits=3),
                                  GemmConfig(64, 64, schedule="pingpong", a_rows=16)], ids=lambda c: c.name)
 def test_gated_configs(cfg):
-    for i, (m, n, k) in enumerate([(16, 264, 1032), (13, 1024, 4096)] if cfg.a_rows else SHAPES[1:4]):
-        a, wg, wu = operands(m, n, k, torch.bfloat16, SEED + 10 + i)
-        out = cb.gemm_gated(a, wg, wu, config=cfg)
-        c = compare(out, reference(a, wg, wu, "silu"), "bfloat16", k, activation="silu")
-        assert c["ok"], (cfg.name, m, n, k, c)
+    shapes = [(16, 264, 1032), (13, 1024, 4096)] if cfg.a_rows else SHAPES[1:4]
+    check_gated_over_shapes(shapes, "silu", "bfloat16", SEED + 10, config=cfg)
 
 
 def test_concatenated_weight_and_leading_dims_give_the_same_bits():
