@@ -80,6 +80,11 @@ def main(argv=None) -> int:
                     help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
     sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     sd.add_argument("--json", help="write the rows here")
+    sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
+                        "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")
+    sg.add_argument("--ms", default="16,128,512,2048,4096", help="token counts (comma-separated)")
+    sg.add_argument("--shape", default="14336x4096", help="NxK: the intermediate size and the hidden size")
+    sg.add_argument("--json", help="write the rows here")
     pp = sub.add_parser("probe-power", help="ours and the peers sustained: TFLOP/s, SM clock, board power, "
                         "throttle reasons, tensor utilisation at that clock (where the time goes at the power cap)")
     pp.add_argument("--seconds", type=float, default=3.0, help="per case and round")
@@ -181,6 +186,15 @@ def main(argv=None) -> int:
 
         rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
                             models=args.models.split(",") if args.models else None)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    if args.cmd == "sweep-gated":
+        from .validation.tuning_sweeps import sweep_gated
+
+        n, k = (int(x) for x in args.shape.split("x"))
+        rows = sweep_gated(tuple(int(m) for m in args.ms.split(",")), n=n, k=k)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

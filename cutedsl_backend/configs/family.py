@@ -26,6 +26,8 @@ class ArchFamily:
     short_a_loads: bool = False  # the kernel loads only GemmConfig.a_rows rows of A
     swap_ab: bool = False  # the kernel stores a column-major output (GemmConfig.swap_ab)
     gated: bool = False  # the kernel takes the gated epilogue (EpilogueSpec.gated)
+    # the clusters (cluster_m, cluster_n) the ranking offers the gated kernel; None: every one it takes
+    gated_ranked_clusters: Optional[tuple] = None
     min_tile_n: int = 2 * EPI_TILE_N
 
     def max_tile_n(self, cfg: GemmConfig) -> int:

@@ -11,6 +11,7 @@ from typing import Optional
 
 from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits
 from .config import GemmConfig, natural_tile_k
+from .families import family
 from .resources import launch_tiles, promoted_acc_copies
 from .rules import fits, valid_configs
 from .tuning import tuned_choice
@@ -74,8 +75,11 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     if mid is not None:
         cands.insert(0, mid)
     if epilogue is not None and getattr(epilogue, "gated", None):
-        # the choices inserted above were ranked for a plain epilogue: keep those the gated one takes
-        cands = [c for c in cands if fits(c, problem, epilogue)]
+        # the choices inserted above were ranked for a plain epilogue: keep those the gated one
+        # takes, on the clusters its family offers it
+        clusters = family(problem.arch).gated_ranked_clusters
+        cands = [c for c in cands if fits(c, problem, epilogue)
+                 and (clusters is None or (c.cluster_m, c.cluster_n) in clusters)]
     return cands[:top_k] if top_k else cands
 
 

@@ -167,18 +167,20 @@ class Sm90Gemm(Sm90Launch):
             tma_a, cluster_coord[1], cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
             cute.group_modes(sA_load, 0, 2), cute.group_modes(gA, 0, 2))
         tB2sB = tB2gB = None
+        b_mcast_layout = cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape)
         if cutlass.const_expr(self.gated):
             # the gate rows into the first half of each stage's B tile, the up rows into the second
             sB_gate = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (0, 0, None))
             sB_up = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (1, 0, None))
+            # (each CTA of a cluster column loads its share of both halves and multicasts it)
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, 0, cute.make_layout(1), cute.group_modes(sB_gate, 0, 2), cute.group_modes(gB, 0, 2))
+                tma_b, cluster_coord[0], b_mcast_layout, cute.group_modes(sB_gate, 0, 2), cute.group_modes(gB, 0, 2))
             tB2sB, tB2gB = cute.nvgpu.cpasync.tma_partition(
-                tma_b2, 0, cute.make_layout(1), cute.group_modes(sB_up, 0, 2), cute.group_modes(gB2, 0, 2))
+                tma_b2, cluster_coord[0], b_mcast_layout, cute.group_modes(sB_up, 0, 2),
+                cute.group_modes(gB2, 0, 2))
         else:
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, cluster_coord[0], cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
-                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+                tma_b, cluster_coord[0], b_mcast_layout, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 

@@ -64,7 +64,8 @@ class Sm90Launch(SplitKUnits):
         self.is_a_mcast = cfg.cluster_n > 1
         self.is_b_mcast = cfg.cluster_m > 1
         # gated epilogue: B's tile is the gate rows in its first half and the up rows of the same
-        # output columns in its second (two TMA loads per stage); the output tile is half as wide
+        # output columns in its second (two TMA loads per stage, each multicast over the cluster's
+        # cluster_m CTAs like a plain B); the output tile is half as wide
         self.gated = epilogue.gated is not None
         self.out_tile_n = cfg.tile_n // 2 if self.gated else cfg.tile_n
 
@@ -106,8 +107,9 @@ class Sm90Launch(SplitKUnits):
         tma_b2 = tma_tensor_b2 = None
         if cutlass.const_expr(self.gated):
             b_half = self._b_half(b_smem_staged)
-            tma_b, tma_tensor_b = self._make_tma_load_box(mB, b_half, (self.out_tile_n, self.cfg.tile_k), 1)
-            tma_b2, tma_tensor_b2 = self._make_tma_load_box(mB2, b_half, (self.out_tile_n, self.cfg.tile_k), 1)
+            half = (self.out_tile_n, self.cfg.tile_k)
+            tma_b, tma_tensor_b = self._make_tma_load_box(mB, b_half, half, self.cfg.cluster_m)
+            tma_b2, tma_tensor_b2 = self._make_tma_load_box(mB2, b_half, half, self.cfg.cluster_m)
         else:
             tma_b, tma_tensor_b = self._make_tma_load(
                 mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)

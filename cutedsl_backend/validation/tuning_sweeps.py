@@ -249,3 +249,87 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
                 f"best {min(times, key=times.get)} {best[-1]:.3f}x")
     log(f"geomean vs cuBLAS: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
     return rows
+
+
+def gated_candidates(problem, epilogue) -> list:
+    """The gated kernel's configs for ``problem`` (the gated GEMM, N counting gate and up columns):
+    the ranking's top four, then every other config of the family's space the gated epilogue takes
+    (B multicast included, which the ranking may not offer yet)."""
+    from ..configs import family, fits, rank_configs
+
+    ranked = rank_configs(problem, epilogue=epilogue, top_k=4)
+    return ranked + [c for c in family(problem.arch).space() if c not in ranked and fits(c, problem, epilogue)]
+
+
+def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16", log=print, workers=None) -> list:
+    """``gemm_gated`` (SiLU; a Llama-style up projection, K -> 2 x N) on every gated candidate
+    (:func:`gated_candidates`) at each M, beside what it replaces: cuBLAS on the concatenated
+    weight then torch's ``silu(g) * u`` (and the cuBLAS GEMM alone), CUDA-graph device time in one
+    process. Each candidate's result is checked against the unfused one (relative L2 error in
+    ``errors``; above 2e-2 it is logged as wrong and left out of the times). Returns rows {m, n, k,
+    peer_ms: {name: ms}, pick, times: {config name: ms}, errors}: the data the gated ranking (and
+    its clusters, configs.ArchFamily.gated_ranked_clusters) is set from."""
+    import torch
+    import torch.nn.functional as F
+
+    import cutedsl_backend as cb
+
+    from ..configs import default_config
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    tdt = getattr(torch, dtype)
+    spec = EpilogueSpec(gated="silu")
+    g = torch.Generator(device="cuda").manual_seed(2207)
+    w_gate, w_up = ((torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(tdt) for _ in range(2))
+    w_gate_up = torch.cat([w_gate, w_up])
+    compiled: set = set()
+    rows, picked, best = [], [], []
+    for m in ms:
+        a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
+        y = torch.empty(m, 2 * n, device="cuda", dtype=tdt)
+        out = torch.empty(m, n, device="cuda", dtype=tdt)
+        problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", "sm90a")
+        cands = gated_candidates(problem, spec)
+        pick = default_config(problem, epilogue=spec)
+        fresh = [c for c in cands if c.name not in compiled]
+        failed = {r[0] for r in precompile([(problem, c, spec) for c in fresh], workers) if r[2]}
+        compiled.update(c.name for c in fresh if c.name not in failed)
+
+        def unfused():
+            torch.matmul(a, w_gate_up.t(), out=y)
+            return F.silu(y[:, :n]) * y[:, n:]
+
+        ref = unfused().float()
+        peers = {"cublas+silu_mul": [_graph_ms(unfused)], "cublas_gemm": [_graph_ms(
+            lambda: torch.matmul(a, w_gate_up.t(), out=y))]}
+        times, errors = {}, {}
+        for c in cands:
+            if c.name in failed:
+                continue
+            try:
+                cb.gemm_gated(a, w_gate, w_up, config=c, out=out)
+            except Exception as e:  # reported, not fatal: one config must not end the sweep
+                log(f"  {m}: {c.name}: {type(e).__name__}: {str(e)[:160]}")
+                continue
+            errors[c.name] = float((out.float() - ref).norm() / ref.norm())
+            if errors[c.name] > 2e-2:
+                log(f"  {m}: {c.name}: WRONG, relative L2 error {errors[c.name]:.3g} against the unfused result")
+                continue
+            times[c.name] = _graph_ms(lambda: cb.gemm_gated(a, w_gate, w_up, config=c, out=out))
+        peers["cublas+silu_mul"].append(_graph_ms(unfused))
+        peer_ms = {name: statistics.median(v) for name, v in peers.items()}
+        rows.append({"m": m, "n": n, "k": k, "peer_ms": peer_ms, "pick": pick.name, "times": times, "errors": errors})
+        if not times or pick.name not in times:
+            log(f"{m}x{2 * n}x{k}: the pick {pick.name} did not run")
+            continue
+        p = peer_ms["cublas+silu_mul"]
+        fastest = min(times, key=times.get)
+        picked.append(p / times[pick.name])
+        best.append(p / times[fastest])
+        log(f"{m}x{2 * n}x{k}: cuBLAS + silu*mul {p * 1e3:.1f} us (GEMM alone {peer_ms['cublas_gemm'] * 1e3:.1f}); "
+            f"pick {pick.name} {picked[-1]:.3f}x, best {fastest} {best[-1]:.3f}x; top: "
+            + ", ".join(f"{name}={p / t:.3f}" for name, t in sorted(times.items(), key=lambda x: x[1])[:4]))
+    if picked:
+        log(f"geomean vs cuBLAS + silu*mul: the picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    return rows

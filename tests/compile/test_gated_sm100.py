@@ -91,3 +91,9 @@ def test_fp8_gated_kernels_compile_with_the_gates(m, scales):
     p = problem(m, "float8_e4m3fn", packed=False)
     spec = EpilogueSpec(gated="silu", scale_a=scales[0], scale_b=scales[1], bias="col", bias_dtype="bfloat16")
     gates(compile_kernel(p, resolve(p, default_config(p, epilogue=spec), spec)), mma="UTCQMMA")
+
+
+def test_the_ranking_offers_b_multicast_on_sm100a():
+    """sm100a's gated kernel loads both halves as a plain B, so every cluster it takes is ranked."""
+    spec = EpilogueSpec(gated="silu")
+    assert any(c.cluster_m == 2 for c in rank_configs(problem(4096), epilogue=spec))

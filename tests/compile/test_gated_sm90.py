@@ -39,11 +39,11 @@ def test_spec_rules_and_keys():
 
 def test_config_rules_name_what_the_gated_kernel_does_not_take():
     spec = EpilogueSpec(gated="silu")
-    check_config(GemmConfig(128, 256, cluster_n=2), PROBLEM, spec)
-    for cfg, rule in ((GemmConfig(128, 256, cluster_m=2), "cluster_m must be 1"),
-                      (GemmConfig(128, 96, schedule="pingpong"), "tile_n 96 must be a multiple of 64")):
-        with pytest.raises(UnsupportedGemmError, match=rule):
-            check_config(cfg, PROBLEM, spec)
+    for cfg in (GemmConfig(128, 256, cluster_n=2), GemmConfig(128, 256, cluster_m=2),
+                GemmConfig(128, 256, cluster_m=2, cluster_n=2)):
+        check_config(cfg, PROBLEM, spec)
+    with pytest.raises(UnsupportedGemmError, match="tile_n 96 must be a multiple of 64"):
+        check_config(GemmConfig(128, 96, schedule="pingpong"), PROBLEM, spec)
     n_major = GemmProblem(256, 512, 256, 1, "bfloat16", "bfloat16", "k", "n", "sm90a")
     with pytest.raises(UnsupportedGemmError, match="K-major"):
         check_config(GemmConfig(128, 128), n_major, spec)
@@ -51,12 +51,43 @@ def test_config_rules_name_what_the_gated_kernel_does_not_take():
 
 @pytest.mark.parametrize("m", [1, 16, 192, 4096])
 def test_ranking_offers_only_configs_the_gated_kernel_takes(m):
+    """...on the clusters measured on the H200: B multicast is swept (sweep-gated), not ranked."""
+    from cutedsl_backend.validation.tuning_sweeps import gated_candidates
+
     problem = GemmProblem(m, 2 * 14336, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
     spec = EpilogueSpec(gated="silu")
     ranked = rank_configs(problem, epilogue=spec)
     assert ranked
     for cfg in ranked:
         check_config(cfg, problem, spec)
+        assert cfg.cluster_m == 1, cfg.name
+    swept = gated_candidates(problem, spec)
+    assert swept[:4] == ranked[:4] and len(set(swept)) == len(swept)
+    assert any(c.cluster_m == 2 for c in swept)
+    for cfg in swept:
+        check_config(cfg, problem, spec)
+
+
+@pytest.mark.parametrize("cfg, multicast", [(GemmConfig(128, 256, cluster_m=2), 2),
+                                            (GemmConfig(128, 256, cluster_m=2, cluster_n=2), 3),
+                                            (GemmConfig(128, 128, cluster_m=2, schedule="pingpong"), 2),
+                                            (GemmConfig(128, 256, cluster_n=2), 1)],
+                         ids=lambda x: getattr(x, "name", x))
+def test_gated_b_multicast_loads_both_halves_multicast(cfg, multicast):
+    """With cluster_m 2 the gate and up loads are multicast (each CTA of a cluster column loads
+    its share of both halves), as a plain B; A is multicast where cluster_n is 2."""
+    import re
+
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+
+    spec = EpilogueSpec(gated="silu", bias="col", bias_dtype="bfloat16")
+    cg = compile_kernel(PROBLEM, resolve(PROBLEM, cfg, spec))
+    loads = re.findall(r"UTMALDG[.\w]*", cg.sass())
+    assert len(loads) == 3 and sum(".MULTICAST" in op for op in loads) == multicast, loads
+    counts = cg.sass_counts()
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
 
 
 @pytest.mark.parametrize("cfg,dtype,act", [

@@ -140,7 +140,7 @@ def test_every_gpu_test_belongs_to_one_nox_gpu_cell():
 
 
 @pytest.mark.parametrize("cmd", ["probe-power", "probe-tiles", "probe-epilogue", "probe-workers", "sweep-decode",
-                                 "sweep-shapes", "render-report"])
+                                 "sweep-gated", "sweep-shapes", "render-report"])
 def test_measuring_commands_have_help(cmd, capsys):
     """The probes and sweeps behind config choices are CLI commands with --help (no loose scripts)."""
     from cutedsl_backend.__main__ import main
