@@ -8,6 +8,7 @@ of a wrong shape, aliasing an input), and sometimes an explicit swap-AB config. 
 then either return what torch computes (checked against a float64 evaluation with the tolerance
 policy, output poisoned with NaN first) or raise :class:`UnsupportedGemmError`; any other
 exception, or a wrong value, is a finding.
+``gemm_gated``'s cases are drawn by validation.fuzz_gated and run after these.
 ``python -m cutedsl_backend fuzz`` runs it on a GPU; tests/gpu/test_fuzz_sm90.py runs a fixed seed.
 """
 
@@ -197,17 +198,24 @@ def run_case(case: Case) -> Optional[str]:
     return None if m["ok"] else f"{case.describe()}: wrong result {m}"
 
 
-def fuzz(seed: int = 0, cases: int = 300, log=print) -> list:
-    """Run ``cases`` cases of ``seed``; returns the findings (empty: every case behaved)."""
-    findings = []
-    for i in range(cases):
-        finding = run_case(draw(seed, i))
-        if finding:
-            findings.append(finding)
-            log(finding)
-            if "AcceleratorError" in finding:  # the CUDA context is lost: no later case can run
-                findings.append(f"fuzz seed {seed}: stopped after case {i} (CUDA context lost)")
-                log(findings[-1])
-                break
-    log(f"fuzz seed {seed}: {cases} cases, {len(findings)} findings")
+def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] = None) -> list:
+    """Run ``cases`` cases of ``seed`` for ``gemm``, then ``gated_cases`` (default a third as
+    many) for ``gemm_gated`` (validation.fuzz_gated); returns the findings (empty: every case
+    behaved)."""
+    from .fuzz_gated import draw_gated, run_gated_case
+
+    gated_cases = cases // 3 if gated_cases is None else gated_cases
+    runs = [(lambda i: run_case(draw(seed, i)), cases), (lambda i: run_gated_case(draw_gated(seed, i)), gated_cases)]
+    findings: list = []
+    for run, count in runs:
+        for i in range(count):
+            finding = run(i)
+            if finding:
+                findings.append(finding)
+                log(finding)
+                if "AcceleratorError" in finding:  # the CUDA context is lost: no later case can run
+                    findings.append(f"fuzz seed {seed}: stopped after a case (CUDA context lost)")
+                    log(findings[-1])
+                    return findings
+    log(f"fuzz seed {seed}: {cases} gemm and {gated_cases} gemm_gated cases, {len(findings)} findings")
     return findings

@@ -106,8 +106,10 @@ def markdown(report: dict) -> str:
         out += ["", "## Fuzzer: not run (no GPU)"]
     if report.get("fuzz"):
         fz = report["fuzz"]
-        out += ["", f"## Fuzzer: {fz['cases']} random calls, {len(fz['findings'])} findings", "",
-                f"Replay: `python -m cutedsl_backend fuzz --seed {fz['seed']} --cases {fz['cases']}`"]
+        gated = fz.get("gated_cases", 0)
+        out += ["", f"## Fuzzer: {fz['cases']} gemm and {gated} gemm_gated random calls, {len(fz['findings'])} "
+                "findings", "", f"Replay: `python -m cutedsl_backend fuzz --seed {fz['seed']} --cases {fz['cases']} "
+                f"--gated-cases {gated}`"]
         out += [f"- {f}" for f in fz["findings"][:20]]
     if report.get("mutants"):
         mu = report["mutants"]
@@ -306,8 +308,9 @@ def html(report: dict) -> str:
     fz = report.get("fuzz")
     fuzz_html = "<h2>Fuzzer</h2><p>not run (no GPU)</p>"
     if fz:
-        fuzz_html = (f"<h2>Fuzzer</h2><p>{fz['cases']} random calls (seed {fz['seed']}), {len(fz['findings'])} "
-                     "findings" + "".join(f"<br><code>{_esc(f)}</code>" for f in fz["findings"][:20]) + "</p>")
+        fuzz_html = (f"<h2>Fuzzer</h2><p>{fz['cases']} gemm and {fz.get('gated_cases', 0)} gemm_gated random calls "
+                     f"(seed {fz['seed']}), {len(fz['findings'])} findings"
+                     + "".join(f"<br><code>{_esc(f)}</code>" for f in fz["findings"][:20]) + "</p>")
     env = report.get("environment", {})
     machines = "".join(f"<p>Machine: {_esc(e.get('gpu', 'no GPU'))}; torch {_esc(e.get('torch'))}; "
                        f"nvidia-cutlass-dsl {_esc(e.get('nvidia_cutlass_dsl'))}</p>" for e in env.get("parts", [env]))
