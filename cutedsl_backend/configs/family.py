@@ -43,14 +43,16 @@ class ArchFamily:
         """Warp groups that each own a private set of epilogue buffers."""
         return 1
 
-    def epilogue_tile(self, cfg: GemmConfig) -> tuple[int, int]:
-        """(rows, columns) of the epilogue sub-tile a group stores per step."""
+    def epilogue_tile(self, cfg: GemmConfig, problem: Optional[GemmProblem] = None,
+                      epilogue=None) -> tuple[int, int]:
+        """(rows, columns) of the epilogue sub-tile a group stores per step (for ``problem`` and
+        its ``epilogue`` where the family's sub-tile depends on them)."""
         return (min(128, cfg.tile_m // ctas_per_mma(cfg)), EPI_TILE_N)
 
     def epilogue_smem_bytes(self, cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> int:
         """The output staging buffers, plus the per-tile vectors ``epilogue`` (an EpilogueSpec)
         stages and a TMA-loaded residual's buffers, per epilogue group."""
-        em, en = self.epilogue_tile(cfg)
+        em, en = self.epilogue_tile(cfg, problem, epilogue)
         vectors = epilogue.staged_vector_bytes(cfg.tile_m // ctas_per_mma(cfg), cfg.tile_n) if epilogue else 0
         residual = 0
         if epilogue is not None and epilogue.residual_tma and self.tma_residual:

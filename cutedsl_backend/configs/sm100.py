@@ -3,10 +3,36 @@ feeding a double-buffered accumulator), 1-CTA and 2-CTA (cta_group::2) MMAs."""
 
 from __future__ import annotations
 
-from ..problem import GemmProblem, UnsupportedGemmError
+from typing import Optional
+
+from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits
 from .config import RASTERS, GemmConfig
 from .family import ArchFamily
-from .resources import MAX_MMA_N, SM100_ACC_STAGES, TMEM_COLUMNS
+from .resources import MAX_MMA_N, SM100_ACC_STAGES, TMEM_COLUMNS, ctas_per_mma
+
+# the gated kernel's epilogue sub-tile width on CTA tiles of more than 64 rows: a thread holds the
+# gate's and the up's fragments and their per-column vectors (at 32 columns the split-K and FP8
+# forms spilled)
+GATED_EPI_N = 16
+
+
+def sm100_epilogue_tile(cfg: GemmConfig, out_bits: int = 16, c_major: str = "n", gated: bool = False) -> tuple:
+    """(rows, columns) of the sm100a kernel's epilogue sub-tile: the DSL's choice
+    (cutlass.utils.blackwell_helpers.compute_epilogue_tile_size without a source tensor, which the
+    kernel calls at trace time) restated in pure Python, so that the shared-memory rule counts the
+    staging buffers the kernel allocates (a CI test compares the two over the config space)."""
+    cta_m = cfg.tile_m // ctas_per_mma(cfg)
+    cta_n = cfg.tile_n // 2 if gated else cfg.tile_n
+    if gated and cta_m > 64:
+        cta_n = GATED_EPI_N  # the kernel asks for the sub-tile of a (cta_m, GATED_EPI_N) tile
+    warp_m, warp_n = (2, 2) if (cta_m == 64 and cfg.two_cta) else (4, 1)
+    rows = min(cta_m, 32 * warp_m)
+    per_step = 4096 // rows  # the DSL's target: 4096 elements per sub-tile
+    while cta_n % per_step:
+        per_step //= 2
+    floor = 8 * warp_n if c_major == "m" else 128 // out_bits * warp_n  # a 16-byte TMA store row
+    cols = min(cta_n, max(per_step, floor, 8 * warp_n))
+    return rows, cols if cta_n % cols == 0 else cta_n
 
 
 class Sm100Family(ArchFamily):
@@ -19,6 +45,13 @@ class Sm100Family(ArchFamily):
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         return MAX_MMA_N
+
+    def epilogue_tile(self, cfg: GemmConfig, problem: Optional[GemmProblem] = None,
+                      epilogue=None) -> tuple[int, int]:
+        if problem is None:
+            return sm100_epilogue_tile(cfg, gated=bool(epilogue is not None and epilogue.gated))
+        return sm100_epilogue_tile(cfg, dtype_bits(problem.out_dtype), problem.c_major,
+                                   bool(epilogue is not None and epilogue.gated))
 
     def check(self, cfg: GemmConfig, problem: GemmProblem) -> None:
         if cfg.schedule != "cooperative":

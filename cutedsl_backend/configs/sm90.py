@@ -40,7 +40,7 @@ class Sm90Family(ArchFamily):
         # ping-pong: each math warp group stores its own tiles through its own buffers
         return 2 if cfg.schedule == "pingpong" else 1
 
-    def epilogue_tile(self, cfg: GemmConfig) -> tuple[int, int]:
+    def epilogue_tile(self, cfg: GemmConfig, problem=None, epilogue=None) -> tuple[int, int]:
         if cfg.schedule == "pingpong":
             return (64, EPI_TILE_N)
         return super().epilogue_tile(cfg)

@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
 from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
+from ..configs.sm100 import GATED_EPI_N
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -52,7 +53,6 @@ MMA_WARP = 4
 TMA_WARP = 5
 # tensor-memory accumulator buffers: the epilogue of tile i overlaps the MMAs of tile i+1
 ACC_STAGES = SM100_ACC_STAGES
-GATED_EPI_N = 16  # the gated epilogue's sub-tile width (see Sm100Gemm.__call__)
 
 
 class Sm100Gemm(SplitKUnits):
@@ -108,8 +108,8 @@ class Sm100Gemm(SplitKUnits):
         epi_cta_tile = self.cta_tile_shape_mnk
         if cutlass.const_expr(self.gated and self.cta_tile_shape_mnk[0] > 64):
             # gated: a thread holds two fragments (gate and up) and their per-column vectors
-            # (biases, scales): 16-column sub-tiles keep them in registers. (A 64-row 2-CTA tile
-            # spreads its columns over two warps already, and its sub-tile's columns are strided.)
+            # (biases, scales): narrow sub-tiles keep them in registers. (A 64-row tile's thread
+            # holds half as many columns already.) configs.sm100.sm100_epilogue_tile restates this.
             epi_cta_tile = (self.cta_tile_shape_mnk[0], GATED_EPI_N, self.cta_tile_shape_mnk[2])
         self.epi_tile = sm100_utils.compute_epilogue_tile_shape(epi_cta_tile, self.two_cta, self.c_layout, self.c_dtype)
 

@@ -117,7 +117,41 @@ def sm90_mutants() -> dict:
             super().__init__(*args, **kwargs)
             self.stores = NoBarrierHandshake()
 
+    class GatedUpMutant(Sm90Gemm):
+        """The gated kernel launched with up weights a bug changed: ``mutate_up`` (trace time)
+        returns mB2 as the buggy kernel would see it."""
+
+        def mutate_up(self, mB, mB2):
+            return mB2
+
+        @cute.jit
+        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
+                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
+                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream,
+                     mB2: Optional[cute.Tensor] = None):
+            Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
+                              alpha, beta, max_clusters, stream, self.mutate_up(mB, mB2))
+
+    class UpReadFromGate(GatedUpMutant):
+        """Gated: the up half loaded through the gate's tensor (the second weight descriptor
+        built from the first weight)."""
+
+        def mutate_up(self, mB, mB2):
+            return mB
+
+    class ShortUpExtent(GatedUpMutant):
+        """Gated: the up weights' N extent one 16-byte vector short (the second descriptor's
+        extent off by a vector): its last rows load as zeros."""
+
+        def mutate_up(self, mB, mB2):
+            vector = 16 * 8 // mB2.element_type.width
+            return cute.make_tensor(mB2.iterator, cute.make_layout(
+                (mB2.shape[0] - vector, mB2.shape[1], mB2.shape[2]), stride=mB2.stride))
+
     return {"dropped last k-tile": DroppedLastKTile, "unwritten last row": UnwrittenLastRow,
             "split-K slice offset": SkippedFirstSlice, "unwritten last column": UnwrittenLastColumn,
             "wrong batch offset": WrongBatchOffset, "fp8 scales on the wrong axis": ScalesOnTheWrongAxis,
-            "missing epilogue barrier": MissingStoreBarrier}
+            "missing epilogue barrier": MissingStoreBarrier, "gated: up read from the gate weights": UpReadFromGate,
+            "gated: up weights' extent one vector short": ShortUpExtent}

@@ -124,7 +124,8 @@ def numeric_fault(name: str) -> dict:
 
 
 # the broken kernels' problem: tails in M and N, nine k-tiles, two K slices for the split-K mutant;
-# two batches for the batch-offset mutant; square (M = N) for the swapped fp8 scale vectors
+# two batches for the batch-offset mutant; square (M = N) for the swapped fp8 scale vectors; the
+# gated mutants' output is N wide (a GEMM of 2N gate and up columns)
 KERNEL_MUTANT_PROBLEM = (200, 264, 520)
 
 
@@ -140,6 +141,9 @@ def mutant_problem(name: str):
         # K a multiple of 16 (fp8 rows must be 16-byte aligned)
         problem = GemmProblem(n, n, k - k % 16, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
         return problem, EpilogueSpec(scale_a="row", scale_b="col"), config
+    if name.startswith("gated"):
+        gated = GemmProblem(m, 2 * n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+        return gated, EpilogueSpec(gated="silu"), config
     batch = 2 if "batch" in name else 1
     return GemmProblem(m, n, k, batch, "bfloat16", "bfloat16", "k", "k", "sm90a"), EpilogueSpec(), config
 
@@ -153,7 +157,7 @@ def kernel_mutant(name: str) -> dict:
 
     from ..build import compile_kernel
     from ..compiler import resolve
-    from ..operands import kernel_views, max_clusters
+    from ..operands import as_rcl, kernel_views, max_clusters
     from .environment import gpu_arch
     from .mutant_kernels import sm90_mutants
     from .tolerances import compare, compare_fp8
@@ -172,6 +176,11 @@ def kernel_mutant(name: str) -> dict:
     a = torch.randn(L, m, k, device="cuda", generator=g).to(dt)
     b = torch.randn(L, n, k, device="cuda", generator=g).to(dt)  # (L, N, K): K-major B
     ref = a.double() @ b.double().transpose(1, 2)
+    up = ()  # the gated kernel's up weights: the second half of b's rows (its first half is the gate's)
+    if spec.gated:
+        n = n // 2
+        b, up = b[:, :n], (as_rcl(b[:, n:], True, 16 // b.element_size()),)
+        ref = torch.nn.functional.silu(ref[..., :n]) * ref[..., n:]
     sa = sb = None
     if spec.scale_a:
         sa = torch.rand(m, device="cuda", generator=g) + 0.5
@@ -194,9 +203,10 @@ def kernel_mutant(name: str) -> dict:
         views = kernel_views(problem, a, b, out)
         cg._fn(*views, None, sa, sb, None, work, counters, Float32(1.0), Float32(0.0),
                max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
-               cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+               cuda.CUstream(torch.cuda.current_stream().cuda_stream), *up)
         torch.cuda.synchronize()
-        verdicts[label] = compare_fp8(out, ref, "bfloat16", k) if spec.scale_a else compare(out, ref, "bfloat16", k)
+        verdicts[label] = (compare_fp8(out, ref, "bfloat16", k) if spec.scale_a
+                           else compare(out, ref, "bfloat16", k, activation=spec.gated))
     why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
            f"{verdicts['mutant']['rel_l2']:.2e}, bad={verdicts['mutant']['n_bad']}, "
            f"non-finite={verdicts['mutant']['n_nonfinite']}")
@@ -204,7 +214,8 @@ def kernel_mutant(name: str) -> dict:
 
 
 KERNEL_MUTANTS = ("dropped last k-tile", "unwritten last row", "split-K slice offset", "unwritten last column",
-                  "wrong batch offset", "fp8 scales on the wrong axis", "missing epilogue barrier")
+                  "wrong batch offset", "fp8 scales on the wrong axis", "missing epilogue barrier",
+                  "gated: up read from the gate weights", "gated: up weights' extent one vector short")
 
 
 def run_mutants() -> list[dict]:

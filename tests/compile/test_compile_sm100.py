@@ -94,3 +94,27 @@ def test_swap_ab_kernels_store_a_column_major_output(cfg, tmp_path, monkeypatch)
     counts = cg.sass_counts()
     assert counts["UTCHMMA"] > 0 and counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
+
+
+def test_the_shared_memory_rule_counts_the_epilogue_tile_the_kernel_allocates():
+    """The sm100a kernel's epilogue sub-tile is the DSL's choice at trace time
+    (compute_epilogue_tile_size; a 64-row tile stages 64 columns, not 32); the config rules
+    restate it in pure Python (configs.sm100.sm100_epilogue_tile) to count its staging buffers.
+    The two agree on every config of the space, output dtype and major, plain and gated."""
+    from cutlass.utils.blackwell_helpers import compute_epilogue_tile_size
+
+    from cutedsl_backend.configs import config_space
+    from cutedsl_backend.configs.resources import ctas_per_mma
+    from cutedsl_backend.configs.sm100 import GATED_EPI_N, sm100_epilogue_tile
+
+    checked = 0
+    for cfg in config_space("sm100a"):
+        for bits, c_major, gated in ((16, "n", False), (32, "n", False), (16, "m", False), (16, "n", True),
+                                     (32, "n", True)):
+            cta_m, cta_n = cfg.tile_m // ctas_per_mma(cfg), cfg.tile_n // (2 if gated else 1)
+            if gated and cta_m > 64:
+                cta_n = GATED_EPI_N  # the tile the gated kernel asks the DSL about
+            dsl = compute_epilogue_tile_size(cta_m, cta_n, cfg.two_cta, bits, None, c_major == "m")
+            assert tuple(dsl) == sm100_epilogue_tile(cfg, bits, c_major, gated), (cfg.name, bits, c_major, gated)
+            checked += 1
+    assert checked >= 300
