@@ -162,26 +162,26 @@ def torch_reference(case: Case):
     return y
 
 
-def run_case(case: Case) -> Optional[str]:
-    """None when the case behaves (a right result, or UnsupportedGemmError); else the finding."""
+def judge(case, call, reference, compare) -> Optional[str]:
+    """The verdict on one drawn call (``call()``: our result): None when it behaves (a right
+    result, or UnsupportedGemmError), else the finding. ``reference(case)``: torch's float64
+    result or None where torch refuses; ``compare(got, ref)``: the tolerance policy's verdict."""
     import torch
 
     import cutedsl_backend as cb
-
-    from .tolerances import compare
 
     out = case.kwargs.get("out")
     if out is not None and out.numel():
         out.fill_(float("nan"))
     try:
-        got = cb.gemm(case.a, case.b, **case.kwargs)
+        got = call()
         if got.is_cuda:  # a kernel fault surfaces here, named by this case, not by a later one
             torch.cuda.synchronize()
     except cb.UnsupportedGemmError:
         return None
     except Exception as e:  # a foreign exception: a finding
         return f"{case.describe()}: {type(e).__name__}: {e}"
-    ref = torch_reference(case)
+    ref = reference(case)
     if ref is None:
         return f"{case.describe()}: torch refuses this call, ours returned a result"
     if out is not None and got is not out:
@@ -190,12 +190,23 @@ def run_case(case: Case) -> Optional[str]:
         return f"{case.describe()}: shape {tuple(got.shape)}, torch's {tuple(ref.shape)}"
     if not got.numel():
         return None
-    od = str(got.dtype).replace("torch.", "")
-    k = case.a.shape[-1]
-    m = compare(got, ref, od, k, activation=case.kwargs.get("activation"))
+    m = compare(got.detach(), ref)
     if got.is_cuda:
         torch.cuda.synchronize()
     return None if m["ok"] else f"{case.describe()}: wrong result {m}"
+
+
+def run_case(case: Case) -> Optional[str]:
+    """None when the case behaves (a right result, or UnsupportedGemmError); else the finding."""
+    import cutedsl_backend as cb
+
+    from .tolerances import compare
+
+    def verdict(got, ref):
+        od = str(got.dtype).replace("torch.", "")
+        return compare(got, ref, od, case.a.shape[-1], activation=case.kwargs.get("activation"))
+
+    return judge(case, lambda: cb.gemm(case.a, case.b, **case.kwargs), torch_reference, verdict)
 
 
 def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] = None) -> list:

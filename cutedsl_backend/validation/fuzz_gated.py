@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..configs import GemmConfig
 from ..epilogue import GATED_ACTIVATIONS
-from .fuzz import _extent, _view
+from .fuzz import _extent, _view, judge
 
 # explicit configs some cases ask for: split-K, short A loads (refused by name past their rows),
 # B multicast, both schedules
@@ -182,36 +182,14 @@ def _gated_float64(a, kw: dict):
 
 def run_gated_case(case: GatedCase) -> Optional[str]:
     """None when the case behaves (a right result, or UnsupportedGemmError); else the finding."""
-    import torch
-
     import cutedsl_backend as cb
 
     from .tolerances import compare, compare_fp8
 
-    out = case.kwargs.get("out")
-    if out is not None and out.numel():
-        out.fill_(float("nan"))
-    try:
-        got = cb.gemm_gated(case.a, **case.kwargs)
-        if got.is_cuda:  # a kernel fault surfaces here, named by this case, not by a later one
-            torch.cuda.synchronize()
-    except cb.UnsupportedGemmError:
-        return None
-    except Exception as e:  # a foreign exception: a finding
-        return f"{case.describe()}: {type(e).__name__}: {e}"
-    ref = gated_reference(case)
-    if ref is None:
-        return f"{case.describe()}: torch refuses this call, ours returned a result"
-    if out is not None and got is not out:
-        return f"{case.describe()}: out= given but another tensor returned"
-    if tuple(got.shape) != tuple(ref.shape):
-        return f"{case.describe()}: shape {tuple(got.shape)}, torch's {tuple(ref.shape)}"
-    if not got.numel():
-        return None
-    od = str(got.dtype).replace("torch.", "")
-    k, act = case.a.shape[-1], case.kwargs["activation"]
-    if "scale_a" in case.kwargs:
-        m = compare_fp8(got.detach(), ref, od, k, activation=act, fast_accum=case.kwargs["use_fast_accum"])
-    else:
-        m = compare(got.detach(), ref, od, k, activation=act)
-    return None if m["ok"] else f"{case.describe()}: wrong result {m}"
+    def verdict(got, ref):
+        od, k, act = str(got.dtype).replace("torch.", ""), case.a.shape[-1], case.kwargs["activation"]
+        if "scale_a" in case.kwargs:
+            return compare_fp8(got, ref, od, k, activation=act, fast_accum=case.kwargs["use_fast_accum"])
+        return compare(got, ref, od, k, activation=act)
+
+    return judge(case, lambda: cb.gemm_gated(case.a, **case.kwargs), gated_reference, verdict)

@@ -43,20 +43,25 @@ def sm90_mutants() -> dict:
 
     class OperandMutant(Sm90Gemm):
         """The kernel launched on operands a bug changed: ``mutate`` (trace time) returns
-        (mA, mC, mScaleA, mScaleB) as the buggy kernel would see them."""
+        (mA, mC, mScaleA, mScaleB) and ``mutate_up`` the gated kernel's up weights (mB2) as the
+        buggy kernel would see them."""
 
         def mutate(self, mA, mC, mScaleA, mScaleB):
             return mA, mC, mScaleA, mScaleB
+
+        def mutate_up(self, mB, mB2):
+            return mB2
 
         @cute.jit
         def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
                      mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
                      mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
                      mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream):
+                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream,
+                     mB2: Optional[cute.Tensor] = None):
             mA, mC, mScaleA, mScaleB = self.mutate(mA, mC, mScaleA, mScaleB)
             Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream)
+                              alpha, beta, max_clusters, stream, self.mutate_up(mB, mB2))
 
     class UnwrittenLastRow(OperandMutant):
         """The output's M extent one row short (a tail predicate off by one): the last row is
@@ -117,31 +122,14 @@ def sm90_mutants() -> dict:
             super().__init__(*args, **kwargs)
             self.stores = NoBarrierHandshake()
 
-    class GatedUpMutant(Sm90Gemm):
-        """The gated kernel launched with up weights a bug changed: ``mutate_up`` (trace time)
-        returns mB2 as the buggy kernel would see it."""
-
-        def mutate_up(self, mB, mB2):
-            return mB2
-
-        @cute.jit
-        def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
-                     mBias: Optional[cute.Tensor], mScaleA: Optional[cute.Tensor],
-                     mScaleB: Optional[cute.Tensor], mRes: Optional[cute.Tensor],
-                     mWork: Optional[cute.Tensor], mCounters: Optional[cute.Tensor],
-                     alpha: Float32, beta: Float32, max_clusters: Int32, stream: cuda.CUstream,
-                     mB2: Optional[cute.Tensor] = None):
-            Sm90Gemm.__call__(self, mA, mB, mC, mBias, mScaleA, mScaleB, mRes, mWork, mCounters,
-                              alpha, beta, max_clusters, stream, self.mutate_up(mB, mB2))
-
-    class UpReadFromGate(GatedUpMutant):
+    class UpReadFromGate(OperandMutant):
         """Gated: the up half loaded through the gate's tensor (the second weight descriptor
         built from the first weight)."""
 
         def mutate_up(self, mB, mB2):
             return mB
 
-    class ShortUpExtent(GatedUpMutant):
+    class ShortUpExtent(OperandMutant):
         """Gated: the up weights' N extent one 16-byte vector short (the second descriptor's
         extent off by a vector): its last rows load as zeros."""
 
