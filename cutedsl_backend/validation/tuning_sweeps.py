@@ -276,9 +276,11 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
 
     from ..configs import default_config
     from ..epilogue import EpilogueSpec
+    from ..operands import device_arch
     from ..problem import GemmProblem
 
     tdt = getattr(torch, dtype)
+    arch = device_arch(torch.cuda.current_device())  # the family this GPU runs (sm90a or sm100a)
     spec = EpilogueSpec(gated="silu")
     g = torch.Generator(device="cuda").manual_seed(2207)
     w_gate, w_up = ((torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(tdt) for _ in range(2))
@@ -289,7 +291,7 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
         a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
         y = torch.empty(m, 2 * n, device="cuda", dtype=tdt)
         out = torch.empty(m, n, device="cuda", dtype=tdt)
-        problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", "sm90a")
+        problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", arch)
         cands = gated_candidates(problem, spec)
         pick = default_config(problem, epilogue=spec)
         fresh = [c for c in cands if c.name not in compiled]
