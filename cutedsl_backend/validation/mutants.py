@@ -160,7 +160,7 @@ def kernel_mutant(name: str) -> dict:
     from ..operands import as_rcl, kernel_views, max_clusters
     from .environment import gpu_arch
     from .mutant_kernels import sm90_mutants
-    from .tolerances import compare, compare_fp8
+    from .tolerances import GATED_TERMS, compare, compare_fp8
 
     if gpu_arch() != "sm90a":
         return {"caught": False, "skipped": True, "by": "not run: needs an sm90 GPU"}
@@ -206,7 +206,8 @@ def kernel_mutant(name: str) -> dict:
                cuda.CUstream(torch.cuda.current_stream().cuda_stream), *up)
         torch.cuda.synchronize()
         verdicts[label] = (compare_fp8(out, ref, "bfloat16", k) if spec.scale_a
-                           else compare(out, ref, "bfloat16", k, activation=spec.gated))
+                           else compare(out, ref, "bfloat16", k, activation=spec.gated,
+                                        terms=GATED_TERMS if spec.gated else 1))
     why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
            f"{verdicts['mutant']['rel_l2']:.2e}, bad={verdicts['mutant']['n_bad']}, "
            f"non-finite={verdicts['mutant']['n_nonfinite']}")

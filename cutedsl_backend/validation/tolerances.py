@@ -50,26 +50,30 @@ FP8_TC_ACC_FACTOR = 5.0  # the largest of ~1e7 elements lies within ~5 sigma
 FP8_PRECISE_CHUNK = 128
 
 
-def tolerance(out_dtype: str, k: int, activation: str | None = None, tc_acc_len: int = 0) -> Tolerance:
+def tolerance(out_dtype: str, k: int, activation: str | None = None, tc_acc_len: int = 0,
+              terms: int = 1) -> Tolerance:
     """The bounds for one result. ``tc_acc_len``: products the FP8 tensor cores accumulate in
     their reduced-precision accumulator before an fp32 add (0 for 16-bit inputs). Its error,
     sigma = sqrt(tc_acc_len) * 2^-14 relative, adds one sigma to rtol (large elements have large
     partial sums), FP8_TC_ACC_FACTOR sigmas to atol and two to the normwise bound; the output
     dtype's own rounding comes on top, so an fp32 output is held to fp32's rounding plus the
-    accumulation mode's error, a bf16 one to bf16's."""
+    accumulation mode's error, a bf16 one to bf16's. ``terms``: GEMM results the output combines
+    before its one rounding (the gated product act(g) * u: two, each entering with a sensitivity
+    of at most ~1.1 for the gated activations), each bringing its accumulation error."""
     u = UNIT_ROUNDOFF[out_dtype]
-    acc = ACC_ORDER_FACTOR * math.sqrt(max(k, 1)) * UNIT_ROUNDOFF["float32"]
-    sigma = math.sqrt(tc_acc_len) * FP8_TC_ACC_UNIT if tc_acc_len else 0.0
+    acc = terms * ACC_ORDER_FACTOR * math.sqrt(max(k, 1)) * UNIT_ROUNDOFF["float32"]
+    sigma = terms * math.sqrt(tc_acc_len) * FP8_TC_ACC_UNIT if tc_acc_len else 0.0
     act = ACTIVATION_APPROX.get(activation, 0.0) if activation else 0.0
     return Tolerance(rtol=2 * u + sigma + act, atol=u + acc + FP8_TC_ACC_FACTOR * sigma + act,
                      rel_l2=2 * u + acc + 2 * sigma + act)
 
 
-def compare(out, ref, out_dtype: str, k: int, activation: str | None = None, tc_acc_len: int = 0) -> dict:
+def compare(out, ref, out_dtype: str, k: int, activation: str | None = None, tc_acc_len: int = 0,
+            terms: int = 1) -> dict:
     """Check ``out`` against ``ref`` (torch tensors). Returns metrics and ``ok``."""
     import torch
 
-    tol = tolerance(out_dtype, k, activation, tc_acc_len)
+    tol = tolerance(out_dtype, k, activation, tc_acc_len, terms)
     o = out.double()
     r = ref.double()
     finite_ref = torch.isfinite(r)
@@ -95,10 +99,12 @@ def compare(out, ref, out_dtype: str, k: int, activation: str | None = None, tc_
 
 
 FP8_MIN_COSINE = 0.999
+# a gated output act(g) * u combines two GEMM results (compare's ``terms``)
+GATED_TERMS = 2
 
 
 def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None,
-                fast_accum: bool = False) -> dict:
+                fast_accum: bool = False, terms: int = 1) -> dict:
     """FP8: ``ref`` is built from the dequantized inputs (fp8 values times their scales, exact in
     float64). Hopper's FP8 WGMMA accumulates in the tensor cores with fewer mantissa bits than
     fp32, in both modes: measured on the H200 at K=784 (2026-12-02): relative L2 errors of
@@ -110,7 +116,7 @@ def compare_fp8(out, ref, out_dtype: str, k: int, activation: str | None = None,
     import torch
 
     tc_len = k if fast_accum else min(k, FP8_PRECISE_CHUNK)
-    m = compare(out, ref, out_dtype, k, activation, tc_acc_len=tc_len)
+    m = compare(out, ref, out_dtype, k, activation, tc_acc_len=tc_len, terms=terms)
     m["fast_accum"] = fast_accum
     o = out.double().flatten()
     r = ref.double().flatten()

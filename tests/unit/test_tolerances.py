@@ -118,3 +118,24 @@ def test_fp8_bounds_follow_the_output_dtype():
     # precise FP8 accumulation noise (one k-tile's worth, measured ~1e-4..2.5e-4 rel_l2) passes in fp32
     noisy = ref + 2.5e-4 * torch.randn(ref.shape, generator=g, dtype=torch.float64)
     assert compare_fp8(noisy.float(), ref, "float32", 1024)["ok"]
+
+
+def test_a_gated_output_carries_two_gemms_accumulation_errors_and_one_rounding():
+    """terms=2 (a gated product act(g) * u): the accumulation terms double, the output dtype's
+    rounding does not; an fp32 gated result computed in fp32 passes, one with the up GEMM 2% off
+    or paired with the wrong columns fails."""
+    from cutedsl_backend.validation.tolerances import GATED_TERMS
+
+    one, two = tolerance("float32", 4096, "silu", 4096), tolerance("float32", 4096, "silu", 4096, GATED_TERMS)
+    u32 = 2.0**-24
+    assert two.rtol - 2 * u32 > one.rtol - 2 * u32 and two.atol > one.atol
+    assert tolerance("bfloat16", 64, terms=2).rtol == tolerance("bfloat16", 64).rtol  # rounding-dominated
+    g = torch.Generator().manual_seed(3)
+    a, wg, wu = (torch.randn(*s, generator=g).to(torch.bfloat16) for s in ((64, 512), (96, 512), (96, 512)))
+    gate, up = a.double() @ wg.double().t(), a.double() @ wu.double().t()
+    ref = torch.nn.functional.silu(gate) * up
+    gate32, up32 = a.float() @ wg.float().t(), a.float() @ wu.float().t()
+    assert compare(torch.nn.functional.silu(gate32) * up32, ref, "float32", 512, "silu", terms=GATED_TERMS)["ok"]
+    for bad in (torch.nn.functional.silu(gate32) * up32 * 1.02,
+                torch.nn.functional.silu(gate32) * up32.roll(1, dims=1)):
+        assert not compare(bad, ref, "float32", 512, "silu", terms=GATED_TERMS)["ok"]
