@@ -139,3 +139,13 @@ def test_a_gated_output_carries_two_gemms_accumulation_errors_and_one_rounding()
     for bad in (torch.nn.functional.silu(gate32) * up32 * 1.02,
                 torch.nn.functional.silu(gate32) * up32.roll(1, dims=1)):
         assert not compare(bad, ref, "float32", 512, "silu", terms=GATED_TERMS)["ok"]
+
+
+def test_fp8_zero_results_match_a_zero_reference():
+    """K = 0: every element is exactly zero on both sides (the cosine of two zero vectors is the
+    same vector, not 0); a non-zero result against a zero reference still fails."""
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    zero = torch.zeros(8, 16, dtype=torch.float64)
+    assert compare_fp8(zero.to(torch.bfloat16), zero, "bfloat16", 0)["ok"]
+    assert not compare_fp8(torch.ones(8, 16, dtype=torch.bfloat16), zero, "bfloat16", 0)["ok"]
