@@ -261,14 +261,16 @@ def gated_candidates(problem, epilogue) -> list:
     return ranked + [c for c in family(problem.arch).space() if c not in ranked and fits(c, problem, epilogue)]
 
 
-def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16", log=print, workers=None) -> list:
+def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16", log=print, workers=None,
+                device: str = "cuda", timer=None) -> list:
     """``gemm_gated`` (SiLU; a Llama-style up projection, K -> 2 x N) on every gated candidate
     (:func:`gated_candidates`) at each M, beside what it replaces: cuBLAS on the concatenated
     weight then torch's ``silu(g) * u`` (and the cuBLAS GEMM alone), CUDA-graph device time in one
     process. Each candidate's result is checked against the unfused one (relative L2 error in
     ``errors``; above 2e-2 it is logged as wrong and left out of the times). Returns rows {m, n, k,
     peer_ms: {name: ms}, pick, times: {config name: ms}, errors}: the data the gated ranking (and
-    its clusters, configs.ArchFamily.gated_ranked_clusters) is set from."""
+    its clusters, configs.ArchFamily.gated_ranked_clusters) is set from. ``device`` and ``timer``
+    (ms per call of a function; default CUDA-graph replay) let a CPU test run its logic."""
     import torch
     import torch.nn.functional as F
 
@@ -280,17 +282,19 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
     from ..problem import GemmProblem
 
     tdt = getattr(torch, dtype)
-    arch = device_arch(torch.cuda.current_device())  # the family this GPU runs (sm90a or sm100a)
+    timer = timer or _graph_ms
+    # the family this GPU runs (sm90a or sm100a)
+    arch = device_arch(torch.cuda.current_device()) if device == "cuda" else "sm90a"
     spec = EpilogueSpec(gated="silu")
-    g = torch.Generator(device="cuda").manual_seed(2207)
-    w_gate, w_up = ((torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(tdt) for _ in range(2))
+    g = torch.Generator(device=device).manual_seed(2207)
+    w_gate, w_up = ((torch.randn(n, k, device=device, generator=g) / k**0.5).to(tdt) for _ in range(2))
     w_gate_up = torch.cat([w_gate, w_up])
     compiled: set = set()
     rows, picked, best = [], [], []
     for m in ms:
-        a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
-        y = torch.empty(m, 2 * n, device="cuda", dtype=tdt)
-        out = torch.empty(m, n, device="cuda", dtype=tdt)
+        a = torch.randn(m, k, device=device, generator=g).to(tdt)
+        y = torch.empty(m, 2 * n, device=device, dtype=tdt)
+        out = torch.empty(m, n, device=device, dtype=tdt)
         problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", arch)
         cands = gated_candidates(problem, spec)
         pick = default_config(problem, epilogue=spec)
@@ -303,7 +307,7 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
             return F.silu(y[:, :n]) * y[:, n:]
 
         ref = unfused().float()
-        peers = {"cublas+silu_mul": [_graph_ms(unfused)], "cublas_gemm": [_graph_ms(
+        peers = {"cublas+silu_mul": [timer(unfused)], "cublas_gemm": [timer(
             lambda: torch.matmul(a, w_gate_up.t(), out=y))]}
         times, errors = {}, {}
         for c in cands:
@@ -318,8 +322,8 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
             if errors[c.name] > 2e-2:
                 log(f"  {m}: {c.name}: WRONG, relative L2 error {errors[c.name]:.3g} against the unfused result")
                 continue
-            times[c.name] = _graph_ms(lambda: cb.gemm_gated(a, w_gate, w_up, config=c, out=out))
-        peers["cublas+silu_mul"].append(_graph_ms(unfused))
+            times[c.name] = timer(lambda: cb.gemm_gated(a, w_gate, w_up, config=c, out=out))
+        peers["cublas+silu_mul"].append(timer(unfused))
         peer_ms = {name: statistics.median(v) for name, v in peers.items()}
         rows.append({"m": m, "n": n, "k": k, "peer_ms": peer_ms, "pick": pick.name, "times": times, "errors": errors})
         if not times or pick.name not in times:

@@ -1,0 +1,52 @@
+"""The tuning sweeps' logic on the CPU (their timings need a GPU): ``sweep-gated`` runs every
+gated candidate, checks each result against the unfused computation, leaves a wrong one out of
+the times, and reports the pick beside the fastest candidate and the peers."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def test_sweep_gated_checks_results_and_reports_the_pick(monkeypatch):
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    compiled = []
+    monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [
+        compiled.append(p[1].name) or (p[1].name, 0.0, None) for p in pairs])
+    broken = {}
+
+    def gated(a, w_gate, w_up, *, config, out):
+        # torch's result, except for the one config the test breaks
+        y = torch.nn.functional.silu(a.float() @ w_gate.float().t()) * (a.float() @ w_up.float().t())
+        return out.copy_(y.roll(1, dims=1) if config.name == broken.get("name") else y)
+
+    monkeypatch.setattr(cb, "gemm_gated", gated)
+    calls = []
+
+    def timer(fn):
+        fn()
+        calls.append(fn)
+        return 1.0 + len(calls) * 1e-3  # distinct, increasing: the earliest timed is the fastest
+
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.problem import GemmProblem
+
+    m, n, k = 16, 64, 128
+    cands = ts.gated_candidates(GemmProblem(m, 2 * n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"),
+                                EpilogueSpec(gated="silu"))
+    broken["name"] = cands[-1].name
+    lines = []
+    rows = ts.sweep_gated(ms=(m,), n=n, k=k, log=lines.append, device="cpu", timer=timer)
+    (row,) = rows
+    assert set(row["peer_ms"]) == {"cublas+silu_mul", "cublas_gemm"}
+    assert row["pick"] == default_config(GemmProblem(m, 2 * n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"),
+                                         epilogue=EpilogueSpec(gated="silu")).name
+    assert row["pick"] in row["times"] and broken["name"] not in row["times"]
+    assert row["errors"][broken["name"]] > 2e-2 and max(v for c, v in row["errors"].items()
+                                                        if c != broken["name"]) < 1e-2
+    assert any("WRONG" in line and broken["name"] in line for line in lines)
+    assert any(line.startswith(f"{m}x{2 * n}x{k}: cuBLAS + silu*mul") for line in lines)
+    assert sorted(compiled) == sorted(c.name for c in cands)
+    assert any(c.cluster_m == 2 for c in cands)  # B multicast is among the swept
