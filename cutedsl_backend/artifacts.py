@@ -1,5 +1,6 @@
 """A compiled kernel's artifacts without a GPU: its SASS (cuobjdump or nvdisasm from PATH,
-$CUDA_HOME or the pip wheels) and its resources (registers, local memory, shared memory)."""
+$CUDA_HOME or the pip wheels), its resources (registers, local memory, static shared memory) and
+the dynamic shared memory its launch asks for (from the host code the DSL generated)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,28 @@ def resource_usage(cubin: bytes) -> Resources:
 
 
 # ---------------------------------------------------------------------------- compile
+
+
+# the DSL's launch configuration (grid, block, dynamic shared bytes, stream, attributes, count)
+_LAUNCH_CONFIG = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>"
+
+
+def launch_shared_bytes(host_ir: str) -> Optional[int]:
+    """The dynamic shared memory a compiled kernel's launch asks for: the constant the DSL's host
+    code stores in its launch configuration (``host_ir``: the compiled module's LLVM dialect
+    text). None where no such store is found. The DSL checks it against the device only when the
+    kernel is launched; read here, a CPU compile can check it against the architecture's limit."""
+    gep = re.search(r"(%\d+) = llvm\.getelementptr %\d+\[0, 2\] : \(!llvm\.ptr\) -> !llvm\.ptr, "
+                    + re.escape(_LAUNCH_CONFIG), host_ir)
+    if gep is None:
+        return None
+    # SSA names are per function: search the function that fills the configuration
+    starts = [m.start() for m in re.finditer(r"^\s*llvm\.func @", host_ir, re.M)]
+    begin = max((i for i in starts if i < gep.start()), default=0)
+    end = min((i for i in starts if i > gep.end()), default=len(host_ir))
+    body = host_ir[begin:end]
+    store = re.search(r"llvm\.store (%\d+), " + re.escape(gep.group(1)) + r" : i64", body)
+    if store is None:
+        return None
+    const = re.search(re.escape(store.group(1)) + r" = llvm\.mlir\.constant\((\d+) : i64\)", body)
+    return int(const.group(1)) if const else None

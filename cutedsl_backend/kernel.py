@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from .artifacts import Resources, disassemble, resource_usage
+from .artifacts import Resources, disassemble, launch_shared_bytes, resource_usage
 from .configs import GemmConfig
 from .launch import ArgPack
 from .problem import GemmProblem
@@ -130,6 +130,12 @@ class CompiledGemm:
         if self._resources is None:
             self._resources = resource_usage(self.cubin)
         return self._resources
+
+    def launch_shared_bytes(self) -> Optional[int]:
+        """Dynamic shared memory its launch asks for (artifacts.launch_shared_bytes); None for a
+        kernel loaded without its compiled module (a disk-cache hit)."""
+        module = getattr(self._fn, "ir_module", None) if self._fn is not None else None
+        return None if module is None else launch_shared_bytes(str(module))
 
     def sass_counts(self, opcodes=("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "UTCHMMA", "UTCQMMA",
                                    "LDL", "STL")) -> dict:

@@ -26,6 +26,7 @@ def compile_gate(cell: Cell) -> dict:
     """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
     from ..build import compile_kernel
     from ..compiler import STORE, resolve
+    from ..configs import family
     from ..problem import dtype_bits
 
     p = cell.problem()
@@ -39,6 +40,11 @@ def compile_gate(cell: Cell) -> dict:
         counts = cg.sass_counts()
         r = cg.resources
         problems = sass_gate_problems(counts, p.arch, dtype_bits(p.dtype), r.local_bytes)
+        # the DSL checks the launch's shared memory only when the kernel runs: checked here
+        launch_smem, capacity = cg.launch_shared_bytes(), family(p.arch).smem_capacity
+        if launch_smem is None or launch_smem > capacity:
+            problems.append(f"shared memory: the launch asks {launch_smem} bytes, over the {capacity} an SM gives"
+                            if launch_smem else "shared memory: the launch's size is not in the host code")
         res.update(
             status="fail" if problems else "pass",
             reason="; ".join(problems),
@@ -46,6 +52,7 @@ def compile_gate(cell: Cell) -> dict:
             config_resolved=cfg.name,
             sass=counts,
             resources=vars(r),
+            launch_shared_bytes=launch_smem,
             cubin_bytes=len(cg.cubin),
         )
     except Exception as e:
