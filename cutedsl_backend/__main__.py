@@ -107,7 +107,8 @@ def main(argv=None) -> int:
                         "name, never wrong, never a foreign exception (GPU)")
     fz.add_argument("--seed", type=int, default=0)
     fz.add_argument("--cases", type=int, default=300)
-    fz.add_argument("--gated-cases", type=int, help="gemm_gated cases after the gemm ones (default: a third as many)")
+    fz.add_argument("--gated-cases", type=int, help="gemm_gated cases after the gemm ones (default: "
+                    "validation.fuzz.gated_case_count, a third as many)")
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
     rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")

@@ -102,12 +102,13 @@ _LAUNCH_CONFIG = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i
 def launch_shared_bytes(host_ir: str) -> Optional[int]:
     """The dynamic shared memory a compiled kernel's launch asks for: the constant the DSL's host
     code stores in its launch configuration (``host_ir``: the compiled module's LLVM dialect
-    text). None where no such store is found. The DSL checks it against the device only when the
+    text). None where there is not exactly one such store. The DSL checks it against the device only when the
     kernel is launched; read here, a CPU compile can check it against the architecture's limit."""
-    gep = re.search(r"(%\d+) = llvm\.getelementptr %\d+\[0, 2\] : \(!llvm\.ptr\) -> !llvm\.ptr, "
-                    + re.escape(_LAUNCH_CONFIG), host_ir)
-    if gep is None:
+    geps = list(re.finditer(r"(%\d+) = llvm\.getelementptr %\d+\[0, 2\] : \(!llvm\.ptr\) -> !llvm\.ptr, "
+                            + re.escape(_LAUNCH_CONFIG), host_ir))
+    if len(geps) != 1:  # one launch per kernel module: anything else is not the layout read here
         return None
+    gep = geps[0]
     # SSA names are per function: search the function that fills the configuration
     starts = [m.start() for m in re.finditer(r"^\s*llvm\.func @", host_ir, re.M)]
     begin = max((i for i in starts if i < gep.start()), default=0)

@@ -176,3 +176,17 @@ def reference(acc, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=
     if residual is not None:
         x = x + beta * residual.to(x.dtype)
     return torch_activation(activation)(x)
+
+
+def gated_reference(a, w_gate, w_up, activation: str, bias_gate=None, bias_up=None):
+    """The gated epilogue's formula in torch, float64: ``act(a @ w_gate^T + bias_gate) * (a @ w_up^T
+    + bias_up)`` with nn.Linear-shaped (N, K) weights (FP8 callers pass the dequantized operands).
+    Raises what torch raises for shapes it refuses."""
+    import torch.nn.functional as F
+
+    def f64(t):
+        return None if t is None else t.detach().double()
+
+    a = f64(a)
+    gate = F.linear(a, f64(w_gate), f64(bias_gate))
+    return torch_activation(activation)(gate) * F.linear(a, f64(w_up), f64(bias_up))

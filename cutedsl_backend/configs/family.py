@@ -69,10 +69,6 @@ class ArchFamily:
         """Raise UnsupportedGemmError naming the first architecture rule ``cfg`` breaks."""
         raise NotImplementedError
 
-    def check_gated(self, cfg: GemmConfig, problem: GemmProblem) -> None:
-        """Raise UnsupportedGemmError naming the first rule of this family's gated kernel ``cfg``
-        breaks (after the rules every family's gated kernel shares, configs.rules)."""
-
     def space(self) -> list:
         """Every config the tuner may consider (before the per-problem validity check)."""
         raise NotImplementedError

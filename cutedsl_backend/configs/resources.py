@@ -37,9 +37,10 @@ def ctas_per_mma(cfg: GemmConfig) -> int:
 
 
 def smem_bytes_per_stage(cfg: GemmConfig, problem: GemmProblem) -> int:
-    """Per CTA: its share of the A tile and (conservatively, on sm100a too) the whole B tile."""
+    """Per CTA: its share of the A and B tiles (a 2-CTA MMA's pair holds half of each; the gated
+    epilogue's gate and up halves together are the B tile)."""
     tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
-    return (cfg.tile_m // ctas_per_mma(cfg) + cfg.tile_n) * tile_k * dtype_bits(problem.dtype) // 8
+    return (cfg.tile_m + cfg.tile_n) // ctas_per_mma(cfg) * tile_k * dtype_bits(problem.dtype) // 8
 
 
 # the widest WGMMA (and TMA box) is 256: the one wider tile (sm90a cooperative, SM90_MAX_TILE_N)

@@ -76,7 +76,6 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError(
                 f"gated: tile_n {cfg.tile_n} must be a multiple of {2 * EPI_TILE_N} up to 256 (gate and up halves "
                 "of whole epilogue sub-tiles, one MMA along N)")
-        fam.check_gated(cfg, problem)
     stages = cfg.stages or max_stages(cfg, problem, epilogue)
     need = stages * smem_bytes_per_stage(cfg, problem) + epilogue_smem_bytes(cfg, problem, epilogue)
     need += SMEM_RESERVED

@@ -48,8 +48,8 @@ class Sm100Family(ArchFamily):
 
     def epilogue_tile(self, cfg: GemmConfig, problem: Optional[GemmProblem] = None,
                       epilogue=None) -> tuple[int, int]:
-        if problem is None:
-            return sm100_epilogue_tile(cfg, gated=bool(epilogue is not None and epilogue.gated))
+        if problem is None:  # the sub-tile follows the output's dtype and major
+            raise ValueError("the sm100a epilogue tile depends on the problem's output: pass it")
         return sm100_epilogue_tile(cfg, dtype_bits(problem.out_dtype), problem.c_major,
                                    bool(epilogue is not None and epilogue.gated))
 

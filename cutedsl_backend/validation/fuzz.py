@@ -209,23 +209,29 @@ def run_case(case: Case) -> Optional[str]:
     return judge(case, lambda: cb.gemm(case.a, case.b, **case.kwargs), torch_reference, verdict)
 
 
+def gated_case_count(cases: int) -> int:
+    """The gemm_gated cases a fuzz run of ``cases`` gemm cases adds by default: a third as many."""
+    return cases // 3
+
+
 def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] = None) -> list:
-    """Run ``cases`` cases of ``seed`` for ``gemm``, then ``gated_cases`` (default a third as
-    many) for ``gemm_gated`` (validation.fuzz_gated); returns the findings (empty: every case
-    behaved)."""
+    """Run ``cases`` cases of ``seed`` for ``gemm``, then ``gated_cases`` (default
+    :func:`gated_case_count`) for ``gemm_gated`` (validation.fuzz_gated); returns the findings
+    (empty: every case behaved)."""
     from .fuzz_gated import draw_gated, run_gated_case
 
-    gated_cases = cases // 3 if gated_cases is None else gated_cases
-    runs = [(lambda i: run_case(draw(seed, i)), cases), (lambda i: run_gated_case(draw_gated(seed, i)), gated_cases)]
+    gated_cases = gated_case_count(cases) if gated_cases is None else gated_cases
+    runs = [("gemm", lambda i: run_case(draw(seed, i)), cases),
+            ("gemm_gated", lambda i: run_gated_case(draw_gated(seed, i)), gated_cases)]
     findings: list = []
-    for run, count in runs:
+    for what, run, count in runs:
         for i in range(count):
             finding = run(i)
             if finding:
                 findings.append(finding)
                 log(finding)
                 if "AcceleratorError" in finding:  # the CUDA context is lost: no later case can run
-                    findings.append(f"fuzz seed {seed}: stopped after a case (CUDA context lost)")
+                    findings.append(f"fuzz seed {seed}: stopped after {what} case {i} (CUDA context lost)")
                     log(findings[-1])
                     return findings
     log(f"fuzz seed {seed}: {cases} gemm and {gated_cases} gemm_gated cases, {len(findings)} findings")

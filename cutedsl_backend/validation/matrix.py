@@ -110,10 +110,11 @@ def fp8_configs(arch: str) -> list[GemmConfig]:
 
 
 def gated_configs(arch: str) -> list[GemmConfig]:
-    """The gated epilogue's cells: sm90a a cooperative 128x256 and a pingpong 128x128 tile (no B
-    multicast); sm100a a 1-CTA 128x256 and a 2-CTA 256x256 tile with B multicast."""
+    """The gated epilogue's cells: sm90a a cooperative 128x256 and a pingpong 128x128 tile (the
+    clusters the ranking offers it); sm100a a 1-CTA 128x256 tile with A multicast, a 1-CTA 128x192
+    with B multicast and a 2-CTA 256x256 pair."""
     if arch == "sm100a":
-        return [GemmConfig(128, 256, cluster_n=2, arch=arch),
+        return [GemmConfig(128, 256, cluster_n=2, arch=arch), GemmConfig(128, 192, cluster_m=2, arch=arch),
                 GemmConfig(256, 256, cluster_m=2, two_cta=True, arch=arch)]
     return [GemmConfig(128, 256, cluster_n=2, arch=arch), GemmConfig(128, 128, schedule="pingpong", arch=arch)]
 

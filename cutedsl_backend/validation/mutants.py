@@ -157,6 +157,7 @@ def kernel_mutant(name: str) -> dict:
 
     from ..build import compile_kernel
     from ..compiler import resolve
+    from ..epilogue import gated_reference
     from ..operands import as_rcl, kernel_views, max_clusters
     from .environment import gpu_arch
     from .mutant_kernels import sm90_mutants
@@ -179,8 +180,8 @@ def kernel_mutant(name: str) -> dict:
     up = ()  # the gated kernel's up weights: the second half of b's rows (its first half is the gate's)
     if spec.gated:
         n = n // 2
+        ref = gated_reference(a, b[0, :n], b[0, n:], spec.gated)  # (one batch: nn.Linear weights)
         b, up = b[:, :n], (as_rcl(b[:, n:], True, 16 // b.element_size()),)
-        ref = torch.nn.functional.silu(ref[..., :n]) * ref[..., n:]
     sa = sb = None
     if spec.scale_a:
         sa = torch.rand(m, device="cuda", generator=g) + 0.5

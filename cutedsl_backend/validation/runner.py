@@ -133,7 +133,7 @@ def _gated_cell(cell: Cell, spec, g, L, M, N, K) -> dict:
     act(a @ w_gate^T) * (a @ w_up^T) in float64."""
     import torch
 
-    from ..epilogue import torch_activation
+    from ..epilogue import gated_reference
     from ..gated import gemm_gated
     from .tolerances import GATED_TERMS, compare
 
@@ -145,7 +145,7 @@ def _gated_cell(cell: Cell, spec, g, L, M, N, K) -> dict:
         a = torch.randn(K, L * M, device="cuda", generator=g).to(dt).t().view(L, M, K)
     w_gate = (torch.randn(N, K, device="cuda", generator=g) * K ** -0.5).to(dt)
     w_up = (torch.randn(N, K, device="cuda", generator=g) * K ** -0.5).to(dt)
-    ref = torch_activation(spec.gated)(a.double() @ w_gate.double().t()) * (a.double() @ w_up.double().t())
+    ref = gated_reference(a, w_gate, w_up, spec.gated)
     out = torch.full(ref.shape, float("nan"), device="cuda", dtype=dt)
     gemm_gated(a, w_gate, w_up, activation=spec.gated, config=cell.config, out=out)
     torch.cuda.synchronize()
@@ -200,13 +200,13 @@ FUZZ_CASES = {"quick": 40, "standard": 300, "full": 3000}
 
 def fuzz_gate(tag: str) -> dict:
     """The fuzzer's run for ``tag``: its seed, case count and findings (each a replayable case)."""
-    from .fuzz import fuzz
+    from .fuzz import fuzz, gated_case_count
 
     seed = stable_seed("fuzz", tag)
     t0 = time.time()
-    cases = FUZZ_CASES[tag]
-    findings = fuzz(seed, cases, log=lambda line: print(line, file=sys.stderr, flush=True), gated_cases=cases // 3)
-    return {"seed": seed, "cases": cases, "gated_cases": cases // 3, "findings": findings,
+    cases, gated = FUZZ_CASES[tag], gated_case_count(FUZZ_CASES[tag])
+    findings = fuzz(seed, cases, log=lambda line: print(line, file=sys.stderr, flush=True), gated_cases=gated)
+    return {"seed": seed, "cases": cases, "gated_cases": gated, "findings": findings,
             "seconds": round(time.time() - t0, 1)}
 
 

@@ -262,65 +262,72 @@ def gated_candidates(problem, epilogue) -> list:
 
 
 def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16", log=print, workers=None,
-                device: str = "cuda", timer=None) -> list:
+                device: str = "cuda", timer=None, arch: Optional[str] = None) -> list:
     """``gemm_gated`` (SiLU; a Llama-style up projection, K -> 2 x N) on every gated candidate
     (:func:`gated_candidates`) at each M, beside what it replaces: cuBLAS on the concatenated
     weight then torch's ``silu(g) * u`` (and the cuBLAS GEMM alone), CUDA-graph device time in one
-    process. Each candidate's result is checked against the unfused one (relative L2 error in
-    ``errors``; above 2e-2 it is logged as wrong and left out of the times). Returns rows {m, n, k,
-    peer_ms: {name: ms}, pick, times: {config name: ms}, errors}: the data the gated ranking (and
-    its clusters, configs.ArchFamily.gated_ranked_clusters) is set from. ``device`` and ``timer``
-    (ms per call of a function; default CUDA-graph replay) let a CPU test run its logic."""
+    process. Each candidate's result (into a NaN-poisoned ``out``) is held to the tolerance policy
+    against float64; a wrong one is logged and left out of the times. Returns rows {m, n, k,
+    peer_ms: {name: ms}, pick, times: {config name: ms}, errors: {config name: relative L2}}: the
+    data the gated ranking (and its clusters, configs.ArchFamily.gated_ranked_clusters) is set
+    from. ``arch``: default the family of the CUDA device; ``device`` and ``timer`` (ms per call
+    of a function; default CUDA-graph replay) let a CPU test run its logic."""
     import torch
     import torch.nn.functional as F
 
     import cutedsl_backend as cb
 
     from ..configs import default_config
-    from ..epilogue import EpilogueSpec
+    from ..epilogue import EpilogueSpec, gated_reference
     from ..operands import device_arch
     from ..problem import GemmProblem
+    from .tolerances import GATED_TERMS, compare
 
     tdt = getattr(torch, dtype)
     timer = timer or _graph_ms
-    # the family this GPU runs (sm90a or sm100a)
-    arch = device_arch(torch.cuda.current_device()) if device == "cuda" else "sm90a"
+    dev = torch.device(device)
+    if arch is None:
+        if dev.type != "cuda":
+            raise ValueError("sweep_gated: pass arch for a non-CUDA device")
+        arch = device_arch(dev.index if dev.index is not None else torch.cuda.current_device())
     spec = EpilogueSpec(gated="silu")
-    g = torch.Generator(device=device).manual_seed(2207)
-    w_gate, w_up = ((torch.randn(n, k, device=device, generator=g) / k**0.5).to(tdt) for _ in range(2))
+    g = torch.Generator(device=dev).manual_seed(2207)
+    w_gate, w_up = ((torch.randn(n, k, device=dev, generator=g) / k**0.5).to(tdt) for _ in range(2))
     w_gate_up = torch.cat([w_gate, w_up])
     compiled: set = set()
     rows, picked, best = [], [], []
     for m in ms:
-        a = torch.randn(m, k, device=device, generator=g).to(tdt)
-        y = torch.empty(m, 2 * n, device=device, dtype=tdt)
-        out = torch.empty(m, n, device=device, dtype=tdt)
+        a = torch.randn(m, k, device=dev, generator=g).to(tdt)
+        y = torch.empty(m, 2 * n, device=dev, dtype=tdt)
+        out = torch.empty(m, n, device=dev, dtype=tdt)
         problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", arch)
         cands = gated_candidates(problem, spec)
         pick = default_config(problem, epilogue=spec)
         fresh = [c for c in cands if c.name not in compiled]
         failed = {r[0] for r in precompile([(problem, c, spec) for c in fresh], workers) if r[2]}
         compiled.update(c.name for c in fresh if c.name not in failed)
+        ref = gated_reference(a, w_gate, w_up, "silu")
 
         def unfused():
             torch.matmul(a, w_gate_up.t(), out=y)
             return F.silu(y[:, :n]) * y[:, n:]
 
-        ref = unfused().float()
         peers = {"cublas+silu_mul": [timer(unfused)], "cublas_gemm": [timer(
             lambda: torch.matmul(a, w_gate_up.t(), out=y))]}
         times, errors = {}, {}
         for c in cands:
             if c.name in failed:
                 continue
+            out.fill_(float("nan"))  # an element the candidate does not write fails the check
             try:
                 cb.gemm_gated(a, w_gate, w_up, config=c, out=out)
             except Exception as e:  # reported, not fatal: one config must not end the sweep
                 log(f"  {m}: {c.name}: {type(e).__name__}: {str(e)[:160]}")
                 continue
-            errors[c.name] = float((out.float() - ref).norm() / ref.norm())
-            if errors[c.name] > 2e-2:
-                log(f"  {m}: {c.name}: WRONG, relative L2 error {errors[c.name]:.3g} against the unfused result")
+            check = compare(out, ref, dtype, k, activation="silu", terms=GATED_TERMS)
+            errors[c.name] = check["rel_l2"]
+            if not check["ok"]:
+                log(f"  {m}: {c.name}: WRONG result against float64: {check}")
                 continue
             times[c.name] = timer(lambda: cb.gemm_gated(a, w_gate, w_up, config=c, out=out))
         peers["cublas+silu_mul"].append(timer(unfused))

@@ -29,8 +29,18 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 def gates(cg, mma="UTCHMMA"):
+    """The SASS gates, and the multicast loads the config's cluster asks for: A across cluster_n,
+    both weight halves across the CTAs (or CTA pairs) of cluster_m."""
+    import re
+
+    from cutedsl_backend.configs.resources import ctas_per_mma
+
     counts = cg.sass_counts()
     assert counts["UTMALDG"] == 3, counts  # A, the gate rows and the up rows
+    cfg = cg.config
+    loads = re.findall(r"UTMALDG[.\w]*", cg.sass())
+    expected = (cfg.cluster_n > 1) + 2 * (cfg.cluster_m // ctas_per_mma(cfg) > 1)
+    assert sum(".MULTICAST" in op for op in loads) == expected, (cfg.name, loads)
     assert counts[mma] > 0 and counts["UTMASTG"] > 0, counts
     assert counts["HGMMA"] == 0 and counts["QGMMA"] == 0, counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
@@ -64,6 +74,7 @@ def test_ranking_offers_only_configs_the_gated_kernel_takes(m):
     (GemmConfig(64, 128, arch=A), "float16", "gelu_tanh"),
     (GemmConfig(256, 256, cluster_m=2, two_cta=True, arch=A), "bfloat16", "silu+bias"),
     (GemmConfig(128, 192, cluster_m=2, arch=A), "bfloat16", "relu"),
+    (GemmConfig(256, 128, cluster_m=2, cluster_n=2, two_cta=True, arch=A), "float16", "silu"),
     (GemmConfig(128, 128, splits=3, arch=A), "bfloat16", "gelu+bias"),
 ], ids=lambda x: getattr(x, "name", x))
 def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
@@ -94,6 +105,9 @@ def test_fp8_gated_kernels_compile_with_the_gates(m, scales):
 
 
 def test_the_ranking_offers_b_multicast_on_sm100a():
-    """sm100a's gated kernel loads both halves as a plain B, so every cluster it takes is ranked."""
+    """sm100a's gated kernel loads both halves as a plain B, so every cluster it takes is ranked
+    (B multicast: cluster_m spans more than one CTA or CTA pair)."""
+    from cutedsl_backend.configs.resources import ctas_per_mma
+
     spec = EpilogueSpec(gated="silu")
-    assert any(c.cluster_m == 2 for c in rank_configs(problem(4096), epilogue=spec))
+    assert any(c.cluster_m // ctas_per_mma(c) > 1 for c in rank_configs(problem(4096), epilogue=spec))

@@ -1,13 +1,13 @@
-"""Every config of both families' spaces launches within the shared memory an SM gives. The DSL
-checks a launch's dynamic shared memory only when the kernel runs, so a CPU compile reads it from
-the host code the DSL generated (artifacts.launch_shared_bytes) and holds it to the config rules'
-count, which must not under-count (the rules pick the stage count from it), and to the 227 KiB
-limit: 16-bit and fp32 outputs, FP8 inputs and the gated epilogue. (A review once found sm100a's
-rule counting a 32-column epilogue tile where the DSL stages 64: 237,696-byte launches.)"""
+"""Every config of both families' spaces launches within the shared memory an SM gives, and the
+config rules count it closely. The DSL checks a launch's dynamic shared memory only when the kernel
+runs, so a CPU compile reads it from the host code the DSL generated (artifacts.launch_shared_bytes)
+and holds it to the rules' count, which picks the stage count: it must not under-count (a launch
+past 227 KiB fails on the GPU) nor over-count by a stage (a stage that fits would be left out).
+16-bit and fp32 outputs, FP8 inputs and the gated epilogue, whose sub-tiles differ."""
 
 import pytest
 
-from cutedsl_backend.configs import config_space, family, fits
+from cutedsl_backend.configs import GemmConfig, config_space, family, fits
 from cutedsl_backend.epilogue import EpilogueSpec
 from cutedsl_backend.problem import GemmProblem
 
@@ -56,6 +56,8 @@ def test_launch_shared_memory_is_within_the_rule_and_the_limit(cfg):
         counted = c.stages * smem_bytes_per_stage(c, problem) + epilogue_smem_bytes(c, problem, spec) + SMEM_RESERVED
         assert launch is not None, (c.name, name, "no launch shared memory in the host code")
         assert launch <= counted <= family(cfg.arch).smem_capacity, (c.name, name, launch, counted)
+        if c.stages < 8:  # (8: the pipeline's own cap, not the rule, stops there)
+            assert counted - launch < smem_bytes_per_stage(c, problem), (c.name, name, launch, counted)
         checked += 1
     assert checked >= 1, cfg.name
 
@@ -69,8 +71,7 @@ def test_the_reading_follows_the_stage_count():
     from cutedsl_backend.compiler import resolve
 
     problem = GemmProblem(16, 2 * 14336, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
-    which = resolve(problem, __import__("cutedsl_backend").GemmConfig(64, 256, cluster_m=2, arch="sm100a"),
-                    EpilogueSpec(gated="silu"))
+    which = resolve(problem, GemmConfig(64, 256, cluster_m=2, arch="sm100a"), EpilogueSpec(gated="silu"))
     assert which.config.stages == 4
     four, five = (compile_kernel(problem, dataclasses.replace(which, config=which.config.replace(stages=s)))
                   .launch_shared_bytes() for s in (4, 5))

@@ -149,3 +149,18 @@ def test_fp8_zero_results_match_a_zero_reference():
     zero = torch.zeros(8, 16, dtype=torch.float64)
     assert compare_fp8(zero.to(torch.bfloat16), zero, "bfloat16", 0)["ok"]
     assert not compare_fp8(torch.ones(8, 16, dtype=torch.bfloat16), zero, "bfloat16", 0)["ok"]
+
+
+def test_the_second_term_widens_only_the_accumulation_allowance():
+    """An FP8 fast-accumulation result (K = 4096, fp32 out) with one element off by 1.5x what a
+    single GEMM's accumulation allows: wrong for a plain GEMM, within a gated product's two."""
+    from cutedsl_backend.validation.tolerances import GATED_TERMS
+
+    g = torch.Generator().manual_seed(9)
+    ref = torch.randn(64, 96, generator=g, dtype=torch.float64)
+    one = tolerance("float32", 4096, "silu", 4096)
+    scale = float(ref.pow(2).mean().sqrt())
+    out = ref.clone()
+    out[5, 7] += 1.5 * (one.rtol * abs(float(ref[5, 7])) + one.atol * scale)
+    assert not compare(out.float(), ref, "float32", 4096, "silu", tc_acc_len=4096)["ok"]
+    assert compare(out.float(), ref, "float32", 4096, "silu", tc_acc_len=4096, terms=GATED_TERMS)["ok"]
