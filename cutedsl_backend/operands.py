@@ -261,6 +261,11 @@ def residual_view(residual):
             log.info("residual: strides %s broadcast rows or batches: computing on a packed copy",
                      tuple(residual.stride()))
         residual = residual.contiguous()
+    if N == 1 and M > 1 and residual.stride(1) == 1:
+        # one column: adjacent rows make the row stride a second unit stride, and the DSL takes a
+        # tensor's unit stride for its leading dimension: computed on a copy with 16-byte rows
+        rows = 16 // residual.element_size()
+        residual = torch.empty((L, M, rows), dtype=residual.dtype, device=residual.device)[..., :1].copy_(residual)
     if residual.shape[0] == 1 and residual.stride(0) != residual.shape[1] * residual.stride(1):
         # one batch: its stride is never used; make it the aligned one TMA's descriptor checks
         residual = residual.as_strided(residual.shape, (residual.shape[1] * residual.stride(1),

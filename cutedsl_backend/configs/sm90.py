@@ -27,8 +27,11 @@ class Sm90Family(ArchFamily):
     short_a_loads = True
     swap_ab = True
     gated = True  # compile-verified; its GPU tests: tests/gpu/test_gated_sm90.py
-    # the gated tiles measured on the H200 (no B multicast); B multicast (cluster_m 2) is built and
-    # compile-verified, and joins the ranking where `sweep-gated` measures it faster
+    # the clusters the ranking offers the gated kernel. B multicast (cluster_m 2) passes the GPU
+    # tests, but `sweep-gated` (H100, 2026-12-05) found the heuristic's picks no faster with it:
+    # offered, they would displace the best tile at M = 2048 / 4096 (1.248x / 1.181x cuBLAS +
+    # silu*mul against 1.273x / 1.195x) and leave M = 512's (1.076x, where a 128x128 c2x1 ping-pong
+    # tile measured 1.189x) unchanged; a mid-M rule needs more Ms measured first
     gated_ranked_clusters = ((1, 1), (1, 2))
     # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
     min_tile_n = EPI_TILE_N

@@ -204,10 +204,10 @@ def test_unit_extent_strides_are_not_alignment_questions(case):
     right, on a NaN-poisoned output."""
     K, N = 1000, 264
     if case == "one_row_unaligned_row_stride":
-        a = randn(3, 1003, seed=SEED + 20)[1:2, :K]  # row stride 1003 (not 16-byte aligned)
+        a = randn(3, 1003, seed=SEED + 20)[0:1, :K]  # row stride 1003 (not 16-byte aligned); aligned start
         b = randn(K, N, seed=SEED + 21)
     elif case == "one_row_per_batch":
-        a = randn(4, 3, 1003, seed=SEED + 22)[:, 1:2, :K]  # (4, 1, K), row stride 1003
+        a = randn(4, 8, 1003, seed=SEED + 22)[:, 0:1, :K]  # (4, 1, K), row stride 1003; batches 16-byte aligned
         b = randn(4, K, N, seed=SEED + 23)
     elif case == "one_column_b":
         a = randn(40, K, seed=SEED + 24)
@@ -220,3 +220,21 @@ def test_unit_extent_strides_are_not_alignment_questions(case):
     out = torch.full((*a.shape[:-1], N), float("nan"), device="cuda", dtype=torch.bfloat16)
     cb.gemm(a, b, out=out)
     check(out, a, b)
+
+
+@pytest.mark.parametrize("shape", [(7, 1), (1, 7, 1), (3, 5, 1)])
+def test_one_column_residual(shape):
+    """N = 1: a contiguous residual's rows are adjacent (row stride 1, a second unit stride beside
+    the column's): the result must be right, on a NaN-poisoned output (a fuzzer finding: two rows
+    came out NaN and garbage)."""
+    K = 256
+    a = randn(*shape[:-2], shape[-2], K, seed=SEED + 40)
+    b = randn(K, 1, seed=SEED + 41)
+    res = randn(*shape, seed=SEED + 42)
+    out = torch.full(torch.broadcast_shapes(shape, (*shape[:-1], 1)), float("nan"), device="cuda",
+                     dtype=torch.bfloat16)
+    cb.gemm(a, b, residual=res, activation="silu", out=out)
+    ref = torch.nn.functional.silu(torch.matmul(a.double(), b.double()) + res.double())
+    m = compare(out, ref, "bfloat16", K, activation="silu")
+    assert m["ok"], m
+
