@@ -231,19 +231,22 @@ class Operand:
 
 class Sizes:
     """Static reasoning about (possibly symbolic) extents: plain ints (``Sizes()``), Inductor's
-    sizevars in a lowering, the fake tensors' shape environment in an FX pass."""
+    sizevars in a lowering, the fake tensors' shape environment (``shape_env``) in an FX pass."""
 
-    def __init__(self, sizevars=None):
+    def __init__(self, sizevars=None, shape_env=None):
         self.sizevars = sizevars
+        self.shape_env = shape_env
 
     def hint(self, x) -> int:
         if self.sizevars is not None:
             return int(self.sizevars.optimization_hint(x))
         if isinstance(x, int):
             return x
-        from torch.fx.experimental.symbolic_shapes import hint_int
-
-        return int(hint_int(x))
+        if self.shape_env is not None:  # a symbolic extent (sympy) of the pass's fake tensors
+            hint = self.shape_env.size_hint(x, allow_none=True)
+            if hint is not None:
+                return int(hint)
+        raise UnsupportedGemmError(f"a symbolic extent {x} without a size hint")
 
     def multiple_of(self, x, k: int) -> bool:
         if isinstance(x, int):

@@ -343,7 +343,9 @@ def _offer(chain: Chain):
     tensors = dict(a=_val(chain.a), b=_val(chain.b), scale_a=_val(chain.scale_a), scale_b=_val(chain.scale_b),
                    bias=_val(chain.bias), residual=residual)
     what = f"fused {chain.gemm.target} + {[n.target for n in chain.nodes[1:]]}"
-    offer = offer_for(what, tensors, operand_from_fake, tensors["a"].device, Sizes(), out_dtype=chain.out_dtype,
+    # a symbolic M (dynamic=True) is hinted from the fake tensors' shape environment
+    sizes = Sizes(shape_env=getattr(getattr(tensors["a"], "fake_mode", None), "shape_env", None))
+    offer = offer_for(what, tensors, operand_from_fake, tensors["a"].device, sizes, out_dtype=chain.out_dtype,
                       activation=chain.activation, fast_accum=chain.fast_accum)
     return None if isinstance(offer, str) else offer
 

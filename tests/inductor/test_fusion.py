@@ -272,3 +272,26 @@ def test_unfused_winner_gemm_backends(inductor, monkeypatch, user, expected):
     assert "cutedsl_gemm_ab" not in code  # the unfused ops, not ours
     assert_close(out, F.gelu(x.double() @ w.double().t() + b.double(), approximate="tanh"), 128, "gelu_tanh",
                  roundings=2)
+
+
+def test_a_symbolic_token_count_is_fused_too(inductor, feedback, caplog):
+    """dynamic=True: the chain's M is symbolic in the FX pass; its hint comes from the fake
+    tensors' shape environment, so the fused op is offered (not skipped after an error) and
+    autotuned against the unfused ops."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="cutedsl_backend.inductor")
+    d, h = 128, 256
+    up, down = torch.nn.Linear(d, h).to(torch.bfloat16), torch.nn.Linear(h, d).to(torch.bfloat16)
+
+    def mlp(x):
+        return x + down(torch.nn.functional.silu(up(x)))
+
+    fn = torch.compile(mlp, mode="max-autotune-no-cudagraphs", dynamic=True)
+    x = rand(16, d)
+    with torch.no_grad():
+        out = fn(x)
+        ref = mlp(x)
+    assert not [r for r in caplog.records if "skipped after" in r.getMessage()], caplog.text[-2000:]
+    assert any(name.startswith("cutedsl_fused_gemm") for name, _ in feedback.rounds), feedback.rounds
+    assert out.shape == ref.shape
