@@ -16,15 +16,20 @@ from .resources import MAX_MMA_N, SM100_ACC_STAGES, TMEM_COLUMNS, ctas_per_mma
 GATED_EPI_N = 16
 
 
+def epilogue_cta_tile(cta_m: int, cta_n: int, gated: bool) -> tuple:
+    """The (rows, columns) CTA tile the sm100a kernel hands the DSL's epilogue-tile rule (``cta_n``:
+    the output tile's width). Gated tiles of more than 64 rows ask for GATED_EPI_N columns: a
+    thread holds two fragments (gate and up) and their per-column vectors; a 64-row tile's thread
+    holds half as many columns already."""
+    return (cta_m, GATED_EPI_N) if gated and cta_m > 64 else (cta_m, cta_n)
+
+
 def sm100_epilogue_tile(cfg: GemmConfig, out_bits: int = 16, c_major: str = "n", gated: bool = False) -> tuple:
     """(rows, columns) of the sm100a kernel's epilogue sub-tile: the DSL's choice
     (cutlass.utils.blackwell_helpers.compute_epilogue_tile_size without a source tensor, which the
     kernel calls at trace time) restated in pure Python, so that the shared-memory rule counts the
     staging buffers the kernel allocates (a CI test compares the two over the config space)."""
-    cta_m = cfg.tile_m // ctas_per_mma(cfg)
-    cta_n = cfg.tile_n // 2 if gated else cfg.tile_n
-    if gated and cta_m > 64:
-        cta_n = GATED_EPI_N  # the kernel asks for the sub-tile of a (cta_m, GATED_EPI_N) tile
+    cta_m, cta_n = epilogue_cta_tile(cfg.tile_m // ctas_per_mma(cfg), cfg.tile_n // (2 if gated else 1), gated)
     warp_m, warp_n = (2, 2) if (cta_m == 64 and cfg.two_cta) else (4, 1)
     rows = min(cta_m, 32 * warp_m)
     per_step = 4096 // rows  # the DSL's target: 4096 elements per sub-tile

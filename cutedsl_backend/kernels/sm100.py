@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - depends on the installed DSL
     from cutlass.utils import LayoutEnum, SmemAllocator
 
 from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
-from ..configs.sm100 import GATED_EPI_N
+from ..configs.sm100 import epilogue_cta_tile
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
 from .scheduler import TileGrid, cluster_tile_coord
@@ -105,12 +105,9 @@ class Sm100Gemm(SplitKUnits):
         self.num_mcast_ctas_b = cute.size(self.cluster_layout_vmnk.shape[1])
         self.is_a_mcast = self.num_mcast_ctas_a > 1
         self.is_b_mcast = self.num_mcast_ctas_b > 1
-        epi_cta_tile = self.cta_tile_shape_mnk
-        if cutlass.const_expr(self.gated and self.cta_tile_shape_mnk[0] > 64):
-            # gated: a thread holds two fragments (gate and up) and their per-column vectors
-            # (biases, scales): narrow sub-tiles keep them in registers. (A 64-row tile's thread
-            # holds half as many columns already.) configs.sm100.sm100_epilogue_tile restates this.
-            epi_cta_tile = (self.cta_tile_shape_mnk[0], GATED_EPI_N, self.cta_tile_shape_mnk[2])
+        # the gated epilogue's narrower sub-tiles (configs.sm100.epilogue_cta_tile, which the
+        # shared-memory rule uses too)
+        epi_cta_tile = (*epilogue_cta_tile(*self.cta_tile_shape_mnk[:2], self.gated), self.cta_tile_shape_mnk[2])
         self.epi_tile = sm100_utils.compute_epilogue_tile_shape(epi_cta_tile, self.two_cta, self.c_layout, self.c_dtype)
 
         a_smem_staged = sm100_utils.make_smem_layout_a(tiled_mma, self.mma_tiler, self.a_dtype, self.ab_stage)

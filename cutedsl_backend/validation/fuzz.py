@@ -30,20 +30,23 @@ SWAP_CONFIGS = (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule
 
 @dataclass
 class Case:
-    """One drawn call: ``kwargs`` for ``gemm(a, b, **kwargs)``, and how it was drawn."""
+    """One drawn call: ``kwargs`` for ``gemm(a, b, **kwargs)`` (or, ``b`` None, for
+    ``gemm_gated(a, **kwargs)``: its weights are among the kwargs), and how it was drawn."""
 
     index: int
     a: Any
     b: Any
     kwargs: dict
     notes: list = field(default_factory=list)
+    label: str = "case"
 
     def describe(self) -> str:
         def geo(t):
             return None if t is None else (tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype))
 
         kw = {k: (geo(v) if hasattr(v, "stride") else v) for k, v in self.kwargs.items()}
-        return f"case {self.index}: a={geo(self.a)} b={geo(self.b)} {kw} ({', '.join(self.notes)})"
+        b = "" if self.b is None else f" b={geo(self.b)}"
+        return f"{self.label} {self.index}: a={geo(self.a)}{b} {kw} ({', '.join(self.notes)})"
 
 
 def _extent(rng: random.Random) -> int:

@@ -18,12 +18,11 @@ call must match it within the tolerance policy or raise :class:`UnsupportedGemmE
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from ..configs import GemmConfig
 from ..epilogue import GATED_ACTIVATIONS
-from .fuzz import _extent, _view, judge
+from .fuzz import Case, _extent, _view, judge
 
 # explicit configs some cases ask for: split-K, short A loads (refused by name past their rows),
 # B multicast, both schedules
@@ -32,24 +31,7 @@ GATED_CONFIGS = (GemmConfig(128, 256, cluster_n=2), GemmConfig(128, 128, schedul
                  GemmConfig(64, 64, schedule="pingpong", a_rows=16))
 
 
-@dataclass
-class GatedCase:
-    """One drawn call: ``gemm_gated(a, **kwargs)``, and how it was drawn."""
-
-    index: int
-    a: Any
-    kwargs: dict
-    notes: list = field(default_factory=list)
-
-    def describe(self) -> str:
-        def geo(t):
-            return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype).replace("torch.", ""))
-
-        kw = {k: (geo(v) if hasattr(v, "stride") else v) for k, v in self.kwargs.items()}
-        return f"gated case {self.index}: a={geo(self.a)} {kw} ({', '.join(self.notes)})"
-
-
-def draw_gated(seed: int, index: int, device="cuda") -> GatedCase:
+def draw_gated(seed: int, index: int, device="cuda") -> Case:
     """Gated case ``index`` of the run seeded ``seed`` (the same case on every run)."""
     import torch
 
@@ -139,10 +121,10 @@ def draw_gated(seed: int, index: int, device="cuda") -> GatedCase:
     if rng.random() < 0.15:
         kwargs["config"] = rng.choice(GATED_CONFIGS)
         notes.append("config")
-    return GatedCase(index, a, kwargs, notes)
+    return Case(index, a, None, kwargs, notes, "gated case")
 
 
-def gated_reference(case: GatedCase):
+def gated_reference(case: Case):
     """What torch computes for the case, in float64 (None: torch refuses it, or it names an
     activation there is no gated form of)."""
     if case.kwargs["activation"] not in GATED_ACTIVATIONS:
@@ -181,7 +163,7 @@ def _gated_float64(a, kw: dict):
     return formula(a, w_gate, w_up, kw["activation"], b_gate, b_up)
 
 
-def run_gated_case(case: GatedCase) -> Optional[str]:
+def run_gated_case(case: Case) -> Optional[str]:
     """None when the case behaves (a right result, or UnsupportedGemmError); else the finding."""
     import cutedsl_backend as cb
 
