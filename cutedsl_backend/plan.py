@@ -174,6 +174,12 @@ def planned(problem: GemmProblem, config, a3, b3, out3, result_shape, device, ep
     from .configs import default_config
 
     cfg = config or default_config(problem, epilogue=epi.spec)
+    if cfg.swap_ab and config is None and not tma_writable(out3):
+        # the dispatcher's swap-AB pick stores straight into out^T, which this `out` cannot take
+        # (rows not 16-byte aligned): the best unswapped config stages it instead
+        from .configs import rank_configs
+
+        cfg = next(c for c in rank_configs(problem, epilogue=epi.spec) if not c.swap_ab)
     if cfg.swap_ab:
         kproblem, ka3, kb3, kout3, kepi = swapped_view(problem, a3, b3, out3, epi, epi_args, device)
         return Plan(kproblem, get_kernel(kproblem, cfg, kepi.spec), ka3, kb3, kout3, result_shape, device, kepi,

@@ -10,7 +10,7 @@ candidates cheaply. The kernel classes read a :class:`GemmConfig`; nothing else 
   sm90.py       the Hopper family          sm100.py   the Blackwell family
   families.py   the registry (a new architecture: its module plus one line there)
   rules.py      check_config: shared rules, the family's, shared memory
-  ranking.py    heuristic, wide tile, decode and mid-size cost models, default_config
+  ranking.py    heuristic, wide tile, decode, mid-size and swap-AB cost models, default_config
   tuning.py     measured overrides as typed data with their reasons
 """
 
@@ -29,15 +29,18 @@ from .families import (
 from .ranking import (
     DECODE_MODEL,
     MID_MODEL,
+    SWAP_MODEL,
     WIDE_TILE,
     WIDE_TILE_BASE,
     DecodeModel,
     MidModel,
+    SwapModel,
     decode_choice,
     default_config,
     heuristic_score,
     mid_choice,
     rank_configs,
+    swap_choice,
     wave_efficiency,
     wide_tile_choice,
 )
@@ -69,11 +72,12 @@ __all__ = [
     "DECODE_MODEL", "EPI_STAGES", "EPI_TILE_N", "FAMILIES", "MAX_ACC_REGS_PER_THREAD",
     "MAX_ACC_REGS_PER_THREAD_PROMOTED", "MAX_MMA_N", "MAX_SPLITS", "MID_MODEL", "PROMOTED_ACC_COPIES",
     "RASTERS", "RES_STAGES", "SCHEDULES", "SM90_MAX_TILE_N", "SM100_ACC_STAGES", "SMEM_RESERVED",
-    "TMEM_COLUMNS", "TUNED_SM90", "WIDE_TILE", "WIDE_TILE_BASE", "DecodeModel", "GemmConfig", "MidModel",
+    "SWAP_MODEL", "SwapModel", "TMEM_COLUMNS", "TUNED_SM90", "WIDE_TILE", "WIDE_TILE_BASE", "DecodeModel",
+    "GemmConfig", "MidModel",
     "TunedRule", "acc_regs_per_thread", "check_config", "config_space", "ctas_per_mma", "decode_choice",
     "default_config", "epilogue_groups", "epilogue_smem_bytes", "epilogue_tile", "family", "fits", "kernel_view",
     "heuristic_score", "is_valid", "k_slices", "launch_tiles", "max_stages", "mid_choice", "mma_atom_n",
     "natural_tile_k", "promoted_acc_copies", "quick_configs", "rank_configs", "resolve_config",
-    "smem_bytes_per_stage", "split_k_workspace", "tuned_choice", "valid_configs", "wave_efficiency",
+    "smem_bytes_per_stage", "split_k_workspace", "swap_choice", "tuned_choice", "valid_configs", "wave_efficiency",
     "wide_tile_choice",
 ]

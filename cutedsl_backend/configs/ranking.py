@@ -1,6 +1,6 @@
 """Ranking configs for a problem: the heuristic (a per-wave roofline), the wide-tile rule, the
-few-token and mid-size cost models fitted on H200 measurements, and the measured overrides
-(configs.tuning); default_config is the pick. Pure Python."""
+few-token and mid-size cost models fitted on H200 measurements, the swap-AB model fitted on H100
+measurements, and the measured overrides (configs.tuning); default_config is the pick. Pure Python."""
 
 from __future__ import annotations
 
@@ -74,6 +74,9 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     mid = mid_choice(problem, num_sms, epilogue) if tuned is None and decode is None else None
     if mid is not None:
         cands.insert(0, mid)
+    swap = swap_choice(problem, num_sms, epilogue, cands[0] if cands else None) if tuned is None else None
+    if swap is not None:
+        cands.insert(0, swap)
     if epilogue is not None and getattr(epilogue, "gated", None):
         # the choices inserted above were ranked for a plain epilogue: keep those the gated one
         # takes, on the clusters its family offers it
@@ -229,3 +232,83 @@ def mid_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, model: M
         return None
     ranked = sorted(model.candidates(), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
     return next((c for c in ranked if fits(c, problem, epilogue)), None)
+
+
+@dataclass(frozen=True)
+class SwapModel:
+    """The cost model that decides swap-AB (GemmConfig.swap_ab: out^T = b^T @ a^T, the weights
+    along the tile's 64/128 rows, the tokens along its N side) for a few hundred tokens, and which
+    swap config. A unit (tile x K slice) costs its MMA work over the schedule's efficiency (less
+    for tiles under 128 wide), times ``swap_factor`` for a swapped tile; a launch pays that per
+    wave plus ``wave_us`` per wave and ``split_us`` for a split-K reduction, never under the HBM
+    time of the operands. The same time is computed for the mid-size pick (MidModel) and the
+    lower wins.
+
+    Fitted on an H100 (132 SMs, like the H200) with ``python -m cutedsl_backend sweep-decode --space
+    swap`` over 16 projections of five models (llama3-8b, qwen2.5-7b, mistral-7b, gemma2-9b,
+    phi3-mini) x M in {96, 128, 160, 192, 256} (bf16, nn.Linear layout): choosing between its best
+    swap config and the mid-size pick took the geomean against cuBLAS from 0.854 (mid-size picks
+    alone) to 0.904, the best measured candidate per shape being 0.932; fitted on three quarters
+    of the shapes, the held-out quarter gained 0.02-0.06 each. The choice depends on the efficiency
+    ratio and ``swap_factor`` (plateau 0.76-0.80); the rates and overheads move it little (+-25%:
+    no change). Its domain is what was measured: sm90a, 16-bit operands, K-major A and B (the
+    nn.Linear layout), one batch, ``min_m`` <= M <= ``max_m``."""
+
+    mac_per_us: float = 2.32e6
+    sm_gbps: float = 183.0
+    pingpong_efficiency: float = 0.83
+    cooperative_efficiency: float = 0.80
+    narrow_efficiency: float = 0.67
+    swap_factor: float = 0.78
+    split_us: float = 0.9
+    wave_us: float = 16.0
+    hbm_tbps: float = 3.35
+    min_m: int = 96
+    max_m: int = 256
+
+    def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
+        """Estimated time of ``cfg`` on the caller's ``problem`` (a swap config runs it swapped)."""
+        kproblem = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
+        elem = dtype_bits(problem.dtype) / 8
+        tile_k = natural_tile_k(problem.dtype)
+        waves = math.ceil(launch_tiles(kproblem, cfg) * cfg.splits / num_sms)
+        k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
+        eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
+        eff *= 1.0 if cfg.tile_n >= 128 else self.narrow_efficiency
+        mma = cfg.tile_m * cfg.tile_n * k_slice / (self.mac_per_us * eff)
+        loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (self.sm_gbps * 1e3)
+        unit = max(mma, loads) * (self.swap_factor if cfg.swap_ab else 1.0)
+        hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
+            self.hbm_tbps * 1e6)
+        return max(waves * unit + self.split_us * (cfg.splits > 1) + self.wave_us * waves, hbm)
+
+    @staticmethod
+    def candidates(arch: str = "sm90a") -> list:
+        """Swap-AB configs: 128-row cooperative and 64-row ping-pong tiles over the weights; 32-64
+        tokens per tile with 2-8 K slices, 128-256 with 1-4; with and without a cluster along the
+        weights (what ``sweep-decode --space swap`` measures)."""
+        widths = [(tn, s) for tn in (32, 64) for s in (2, 4, 8)] + [(tn, s) for tn in (128, 192, 256)
+                                                                   for s in (1, 2, 4)]
+        return [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
+                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)]
+
+
+SWAP_MODEL = SwapModel()
+
+
+def swap_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, pick: Optional[GemmConfig] = None,
+                model: SwapModel = SWAP_MODEL) -> Optional[GemmConfig]:
+    """The swap-AB config the :class:`SwapModel` ranks fastest for ``problem`` and ``epilogue``
+    (no residual: a swapped output is transposed), if it beats ``pick`` (the ranking's choice
+    without swap) in that model; None outside the model's domain (sm90a, 16-bit, K-major A and B,
+    one batch, row-major output, model.min_m <= M <= model.max_m)."""
+    if (problem.arch != "sm90a" or dtype_bits(problem.dtype) != 16 or problem.batch != 1
+            or problem.a_major != "k" or problem.b_major != "k" or problem.c_major != "n"
+            or not (model.min_m <= problem.m <= model.max_m)):
+        return None
+    ranked = sorted(model.candidates(problem.arch), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
+    best = next((c for c in ranked if fits(c, problem, epilogue)), None)
+    if best is None or (pick is not None and model.time_us(problem, pick, num_sms)
+                        <= model.time_us(problem, best, num_sms)):
+        return None
+    return best

@@ -188,14 +188,10 @@ def mid_candidates(arch: str = "sm90a") -> list:
 
 
 def swap_candidates(arch: str = "sm90a") -> list:
-    """Swap-AB configs (GemmConfig.swap_ab; the tile's N side holds the tokens): 128-row cooperative
-    and 64-row ping-pong tiles over the weights; 32-64 tokens per tile with 2-8 K slices (decode),
-    128-256 with 1-4 (a few hundred tokens); with and without a cluster along the weights."""
-    from ..configs import GemmConfig
+    """Swap-AB configs: configs.SwapModel's candidates."""
+    from ..configs import SwapModel
 
-    widths = [(tn, s) for tn in (32, 64) for s in (2, 4, 8)] + [(tn, s) for tn in (128, 192, 256) for s in (1, 2, 4)]
-    return [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
-            for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)]
+    return SwapModel.candidates(arch)
 
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:

@@ -92,3 +92,28 @@ def test_swap_ab_refusals_name_the_rule():
     w = torch.randn(100, 512, device="cuda", generator=g).to(torch.bfloat16).t()  # N = 100: out rows of 200 B
     with pytest.raises(cb.UnsupportedGemmError, match="swap_ab"):
         cb.gemm(odd, w, config=GemmConfig(128, 128, swap_ab=True))
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("m", [97, 150, 192, 229])
+def test_dispatched_swap_ab(m):
+    """The dispatcher's own swap-AB picks (config=None, nn.Linear layout) over token counts that are
+    not tile multiples, plain and with bias + activation, and the fallback to an unswapped config
+    when ``out``'s rows cannot take the swapped store (row stride not 16-byte aligned)."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.problem import GemmProblem
+
+    N, K = 3584, 14336
+    assert default_config(GemmProblem(m, N, K, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")).swap_ab
+    a, b, g = operands(1, m, N, K, torch.bfloat16, "k", "k", seed=SEED + m)
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    exact = a[0].double() @ b[0].double()
+    out = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a[0], b[0], out=out)
+    assert compare(out, exact, "bfloat16", K)["ok"]
+    out.fill_(float("nan"))
+    cb.gemm(a[0], b[0], bias=bias, activation="silu", out=out)
+    assert compare(out, reference(exact, bias=bias.double(), activation="silu"), "bfloat16", K, activation="silu")["ok"]
+    wide = torch.full((m, N + 4), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a[0], b[0], out=wide[:, :N])
+    assert compare(wide[:, :N], exact, "bfloat16", K)["ok"] and wide[:, N:].isnan().all()

@@ -134,3 +134,48 @@ def test_public_compile_of_a_swap_config_builds_the_swapped_kernel(tmp_path, mon
         k = cb.compile_gemm(192, 8192, 4096, dtype="bfloat16", b_major="k", epilogue=spec,
                             config=GemmConfig(128, 192, swap_ab=True), use_cache=use_cache)
         assert k.problem.c_major == "m" and k.problem.m == 8192 and k.sass_counts()["UTMASTG"] > 0
+
+
+def _linear(m, n, k, **kw):
+    return GemmProblem(m, n, k, kw.pop("batch", 1), kw.pop("dtype", "bfloat16"), kw.pop("out", "bfloat16"),
+                       kw.pop("a_major", "k"), kw.pop("b_major", "k"), kw.pop("arch", "sm90a"), **kw)
+
+
+def test_swap_dispatch_where_measured():
+    """The dispatcher takes swap-AB where the sweep measured it winning (nn.Linear layout, a few
+    hundred tokens, narrow weights) and keeps the mid-size pick where it lost."""
+    from cutedsl_backend.configs import SWAP_MODEL, default_config, mid_choice, swap_choice
+
+    # H100 sweep: 192x6144x4096 swap 64x192 0.948x cuBLAS vs the mid pick's 0.824x; 128x4096x14336
+    # swap 64x128 k2 1.117x vs 1.021x
+    for m, n, k in ((192, 6144, 4096), (128, 4096, 14336), (192, 3584, 14336)):
+        p = _linear(m, n, k)
+        cfg = default_config(p)
+        assert cfg.swap_ab and cfg.tile_n >= m and cfg == swap_choice(p, pick=mid_choice(p)), (m, n, k, cfg.name)
+        check_config(cfg, p.swapped())
+    # 256x6144x4096: the mid pick (0.943x) stays (best swap measured 0.933x)
+    assert not default_config(_linear(256, 6144, 4096)).swap_ab
+    # outside the measured domain: never swapped
+    for p in (_linear(64, 4096, 14336), _linear(257, 4096, 14336), _linear(192, 4096, 14336, batch=2),
+              _linear(192, 4096, 14336, a_major="m"), _linear(192, 4096, 14336, b_major="n"),
+              _linear(192, 4096, 14336, arch="sm100a"),
+              _linear(192, 4096, 14336, dtype="float8_e4m3fn", out="bfloat16")):
+        assert swap_choice(p) is None and not default_config(p).swap_ab, p.describe()
+    # a swapped tile costs less than the same unswapped one; more waves cost more
+    p = _linear(192, 6144, 4096)
+    c = GemmConfig(64, 192, schedule="pingpong")
+    assert SWAP_MODEL.time_us(p, c.replace(swap_ab=True), 132) < SWAP_MODEL.time_us(p.swapped(), c, 132)
+    assert SWAP_MODEL.time_us(_linear(192, 24576, 4096), c, 132) > SWAP_MODEL.time_us(p, c, 132)
+
+
+def test_swap_dispatch_respects_the_epilogue():
+    """A residual (the transposed output cannot take it) keeps the unswapped pick; bias and an
+    activation ride along on the swapped axes."""
+    from cutedsl_backend.configs import default_config, fits
+
+    p = _linear(192, 6144, 4096)
+    res = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True)
+    assert not default_config(p, epilogue=res).swap_ab
+    spec = EpilogueSpec(bias="col", bias_dtype="bfloat16", activation="gelu")
+    cfg = default_config(p, epilogue=spec)
+    assert cfg.swap_ab and fits(cfg, p, spec)
