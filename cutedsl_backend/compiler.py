@@ -41,8 +41,9 @@ log = logging.getLogger("cutedsl_backend.compiler")
 
 def resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> KernelKey:
     """The kernel ``problem`` gets with ``config`` (checked and resolved; the heuristic's pick when
-    None) and ``epilogue``."""
+    None) and ``epilogue``; a swap-AB config's is the swapped problem's (:func:`kernel_view`)."""
     cfg = config or default_config(problem, epilogue=epilogue)
+    problem, epilogue = kernel_view(problem, cfg, epilogue)
     check_config(cfg, problem, epilogue)
     return KernelKey.of(problem, resolve_config(cfg, problem, epilogue), epilogue)
 

@@ -154,7 +154,7 @@ def _inline_unfused(fn, inputs, name, gm=None):
     :func:`.choices.unfused_gemm_backends`."""
     from torch._inductor import config as inductor_config
 
-    backends = unfused_gemm_backends()
+    backends = unfused_gemm_backends(inputs[0].get_size()[-2])
     with inductor_config.patch(max_autotune_gemm_backends=backends) if backends else contextlib.nullcontext():
         return _inline(fn, inputs, name, gm=gm)
 

@@ -218,6 +218,22 @@ def test_unfused_gemm_backends(user, expected):
 
     with config.patch(max_autotune_gemm_backends=user):
         assert choices.unfused_gemm_backends() == expected
+        assert choices.unfused_gemm_backends(4096) == expected
+
+
+def test_unfused_gemm_backends_keep_inductors_below_prefill_and_when_dynamic():
+    """Few tokens (Triton's templates win there) or a symbolic token count: Inductor's setting."""
+    import sympy
+    import torch._inductor.config as config
+
+    from cutedsl_backend.inductor import choices
+
+    with config.patch(max_autotune_gemm_backends="ATEN,TRITON"):
+        assert choices.unfused_gemm_backends(choices.ATEN_ONLY_MIN_M) == "ATEN"
+        assert choices.unfused_gemm_backends(sympy.Integer(2048)) == "ATEN"
+        assert choices.unfused_gemm_backends(16) is None
+        assert choices.unfused_gemm_backends(sympy.Symbol("s0", positive=True, integer=True)) is None
+        assert choices.unfused_gemm_backends(2 * sympy.Symbol("s1", positive=True, integer=True)) is None
 
 
 def test_left_unfused_gemm_gets_aten_templates_only(monkeypatch):
@@ -230,9 +246,16 @@ def test_left_unfused_gemm_gets_aten_templates_only(monkeypatch):
     from cutedsl_backend.inductor import choices
     from cutedsl_backend.inductor.state import NO_PLAIN_CANDIDATES
 
+    class Arg:
+        def __init__(self, m):
+            self.meta = {"val": torch.empty(m, 64, device="meta")}
+
     class Node:
-        def __init__(self, lost):
+        target = "aten.mm.default"
+
+        def __init__(self, lost, m=4096):
             self.meta = {NO_PLAIN_CANDIDATES: True} if lost else {}
+            self.args = (Arg(m), Arg(64))
 
     class Graph:
         current_node = None
@@ -245,6 +268,8 @@ def test_left_unfused_gemm_gets_aten_templates_only(monkeypatch):
         assert choices.aten_only_where_lost(templates) == [aten_mm]
         assert choices.aten_only_where_lost([triton_template]) == [triton_template]  # never none left
         graph.current_node = Node(lost=False)
+        assert choices.aten_only_where_lost(templates) == templates
+        graph.current_node = Node(lost=True, m=16)  # few tokens: Triton's templates stay
         assert choices.aten_only_where_lost(templates) == templates
 
 
