@@ -127,6 +127,9 @@ def numeric_fault(name: str) -> dict:
 # two batches for the batch-offset mutant; square (M = N) for the swapped fp8 scale vectors; the
 # gated mutants' output is N wide (a GEMM of 2N gate and up columns)
 KERNEL_MUTANT_PROBLEM = (200, 264, 520)
+BARRIER_MUTANT_PROBLEM = (4096, 8192, 64)
+# launches of a racy mutant (and its control): caught when any launch gives a wrong result
+RACE_LAUNCHES = 5
 
 
 def mutant_problem(name: str):
@@ -137,6 +140,12 @@ def mutant_problem(name: str):
 
     m, n, k = KERNEL_MUTANT_PROBLEM
     config = GemmConfig(128, 128, splits=2) if "split" in name else GemmConfig(128, 128)
+    if "barrier" in name:
+        # a race shows where the epilogue is the bottleneck: K of one k-tile, a wide tile of 32
+        # fp32 sub-tiles each, enough tiles to fill the SMs many times over (the TMA stores queue,
+        # so a buffer is still being read when the unsynchronized warps overwrite it)
+        return (GemmProblem(*BARRIER_MUTANT_PROBLEM, 1, "bfloat16", "float32", "k", "k", "sm90a"), EpilogueSpec(),
+                GemmConfig(128, 256))
     if "fp8" in name:
         # K a multiple of 16 (fp8 rows must be 16-byte aligned)
         problem = GemmProblem(n, n, k - k % 16, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
@@ -195,20 +204,26 @@ def kernel_mutant(name: str) -> dict:
         work = torch.empty(floats, device="cuda")
         counters = torch.zeros(tiles, device="cuda", dtype=torch.int32)
     verdicts = {}
+    launches = RACE_LAUNCHES if "barrier" in name else 1
     for label, cls in (("control", None), ("mutant", sm90_mutants()[name])):
         cg = compile_kernel(problem, which, kernel_cls=cls)
         cg.key = f"{which.digest}-{label}"  # never the real kernel's key (these are never cached)
-        out = torch.full((L, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        if counters is not None:
-            counters.zero_()
-        views = kernel_views(problem, a, b, out)
-        cg._fn(*views, None, sa, sb, None, work, counters, Float32(1.0), Float32(0.0),
-               max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
-               cuda.CUstream(torch.cuda.current_stream().cuda_stream), *up)
-        torch.cuda.synchronize()
-        verdicts[label] = (compare_fp8(out, ref, "bfloat16", k) if spec.scale_a
-                           else compare(out, ref, "bfloat16", k, activation=spec.gated,
-                                        terms=GATED_TERMS if spec.gated else 1))
+        for _ in range(launches):  # the worst launch is the verdict
+            out = torch.full((L, m, n), float("nan"), device="cuda", dtype=getattr(torch, problem.out_dtype))
+            if counters is not None:
+                counters.zero_()
+            views = kernel_views(problem, a, b, out)
+            cg._fn(*views, None, sa, sb, None, work, counters, Float32(1.0), Float32(0.0),
+                   max_clusters(torch.cuda.current_device(), cfg.cluster_m * cfg.cluster_n),
+                   cuda.CUstream(torch.cuda.current_stream().cuda_stream), *up)
+            torch.cuda.synchronize()
+            verdict = (compare_fp8(out, ref, problem.out_dtype, k) if spec.scale_a
+                       else compare(out, ref, problem.out_dtype, k, activation=spec.gated,
+                                    terms=GATED_TERMS if spec.gated else 1))
+            if label not in verdicts or not verdict["ok"]:
+                verdicts[label] = verdict
+            if not verdict["ok"]:
+                break
     why = (f"control {'ok' if verdicts['control']['ok'] else 'FAILED'}; mutant rel_l2="
            f"{verdicts['mutant']['rel_l2']:.2e}, bad={verdicts['mutant']['n_bad']}, "
            f"non-finite={verdicts['mutant']['n_nonfinite']}")
