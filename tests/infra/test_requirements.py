@@ -14,7 +14,7 @@ PROVIDED_BY = {"pytest": "pytest", "xdist": "pytest-xdist", "yaml": "PyYAML", "m
                "nox": "nox", "numpy": "numpy", "cutlass": "nvidia-cutlass-dsl",
                "cuda": "nvidia-cutlass-dsl",  # cuda-python, a dependency of the DSL
                "nvidia": "nvidia-cuda-cuobjdump",  # the SASS tools' wheels (nvidia.* namespace)
-               "torch": "torch", "triton": "torch"}
+               "torch": "torch", "triton": "torch", "sympy": "torch"}  # (sympy: a dependency of torch)
 # imports the package guards with a fallback (the reason is the fallback)
 OPTIONAL = {"pynvml": "validation/power.py reads clocks and power with nvidia-smi without it"}
 
