@@ -29,13 +29,15 @@ aten = torch.ops.aten
 
 
 class _Reordered:
-    """Our op with the arguments in the lowering's order (addmm: bias, a, b)."""
+    """Our op with the arguments in the lowering's order (addmm: bias, a, b). ``op`` (the
+    OpOverload) describes it to Inductor; a call runs ``fn``, the op's CUDA implementation
+    (ops.direct: no dispatcher hop on the generated code's calls)."""
 
-    def __init__(self, op, order: tuple):
-        self.op, self.order = op, order
+    def __init__(self, op, order: tuple, fn=None):
+        self.op, self.order, self.fn = op, order, fn or op
 
     def __call__(self, *args, **kwargs):
-        return self.op(*(args[i] for i in self.order), **kwargs)
+        return self.fn(*(args[i] for i in self.order), **kwargs)
 
 
 def _choice_name(kind: tuple, order: tuple) -> str:
@@ -59,7 +61,7 @@ def extern_choice(kind: tuple, order: Optional[tuple] = None):
     name = _choice_name(kind, order)
     choice = STATE.extern_choices.get(name)
     if choice is None:
-        reordered = _Reordered(ops.overload(*kind), order)
+        reordered = _Reordered(ops.overload(*kind), order, ops.direct(kind))
         choice = STATE.extern_choices[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
                                                     op_overload=reordered.op)
     return choice

@@ -136,6 +136,30 @@ def _fake(kind, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum, k
 _LIB = torch.library.Library("cutedsl", "FRAGMENT")
 
 
+def direct(kind: tuple):
+    """The op as a plain callable (the op's arguments), for the extern kernels Inductor's
+    generated code and autotune benchmarks call: CUDA tensors go straight to the function the op
+    dispatches to for CUDA, without the dispatcher's boxing of every argument on each call (host
+    time that a small GEMM does not hide); others through the op (its other registrations)."""
+
+    def call(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
+        if not args[0].is_cuda:
+            return _OVERLOADS[kind](*args, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype,
+                                    fast_accum=fast_accum, kernel_config=kernel_config)
+        return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
+                    kernel_config)
+
+    return call
+
+
+def _cuda_impl(kind: tuple):
+    def impl(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
+        return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
+                    kernel_config)
+
+    return impl
+
+
 def _define(kind: tuple) -> None:
     name = op_name(*kind)
     tensors = tensor_names(*kind)
@@ -143,9 +167,7 @@ def _define(kind: tuple) -> None:
     _LIB.define(f"{name}({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor",
                 tags=(torch.Tag.pt2_compliant_tag,))
 
-    def impl(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
-        return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
-                    kernel_config)
+    impl = _cuda_impl(kind)
 
     def fake(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
         return _fake(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,

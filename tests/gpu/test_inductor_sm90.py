@@ -217,15 +217,17 @@ def test_scaled_mm_candidates(backend, scaling):
 
 
 def test_our_op_adds_little_host_time_over_the_eager_call():
-    """Inductor calls our kernels through torch.ops.cutedsl.gemm_ab*; its benchmark times host and
-    device together, so the op's own host cost must stay small (torch.library.custom_op's wrapper
-    once added ~90 us a call, enough to lose autotunes of ~0.2 ms GEMMs: 144-161 us against 49 us
-    eager). Best of 15 x 200 calls, alternated. Under pytest-xdist other tests load the CPU and
-    stretch both calls alike (on the H200 machine: 150 vs 104 us under -n 12, 175 vs 123 us under
-    -n 4 beside the block compiles, 69 vs 49 us unloaded: ~1.4x each time), so the bound is a ratio."""
+    """Inductor's generated code and its autotune benchmarks call our kernels through the extern
+    choice's callable; the benchmark times host and device together, so that call's own host cost
+    must stay small (torch.library.custom_op's wrapper once added ~90 us a call, and the
+    dispatcher's boxing of the op's arguments ~20-30 us: 69-78 us against 48-49 us eager). The
+    extern callable runs the op's CUDA function directly. Best of 15 x 200 calls, alternated, with
+    the op through the dispatcher beside them (it serves other devices). Under pytest-xdist other
+    tests load the CPU and stretch every call alike, so the bounds are ratios."""
 
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig
+    from cutedsl_backend.inductor import choices
     from cutedsl_backend.inductor import ops as iops
     from cutedsl_backend.validation.bench import host_us_per_call
 
@@ -233,10 +235,15 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     x = torch.randn(1024, 1024, device="cuda").bfloat16()
     b = torch.randn(1024, 1024, device="cuda").bfloat16().t()
     bias, res = torch.randn(1024, device="cuda").bfloat16(), torch.randn(1024, 1024, device="cuda").bfloat16()
-    op = iops.overload(False, True, True)
+    kind = (False, True, True)
+    op = iops.overload(*kind)
+    extern = choices.extern_choice(kind)
+    choices.register_all()
+    call = extern.to_callable()
     cfg = GemmConfig.from_name(name)
 
     fns = {"eager": lambda: cb.gemm(x, b, bias=bias, residual=res, config=cfg),
+           "extern": lambda: call(x, b, bias, res, kernel_config=name),
            "op": lambda: op(x, b, bias, res, kernel_config=name)}
     runs = {k: [] for k in fns}
     for fn in fns.values():
@@ -244,7 +251,9 @@ def test_our_op_adds_little_host_time_over_the_eager_call():
     for _ in range(15):
         for k, fn in fns.items():
             runs[k].append(host_us_per_call(fn, 200))
-    eager, via_op = min(runs["eager"]), min(runs["op"])
-    torch.testing.assert_close(op(x, b, bias, res, kernel_config=name).float(),
-                               cb.gemm(x, b, bias=bias, residual=res, config=cfg).float())
-    assert via_op <= 1.6 * eager, (via_op, eager)
+    eager, via_extern, via_op = min(runs["eager"]), min(runs["extern"]), min(runs["op"])
+    expected = cb.gemm(x, b, bias=bias, residual=res, config=cfg).float()
+    torch.testing.assert_close(call(x, b, bias, res, kernel_config=name).float(), expected)
+    torch.testing.assert_close(op(x, b, bias, res, kernel_config=name).float(), expected)
+    assert via_extern <= 1.15 * eager, (via_extern, eager, via_op)
+    assert via_op <= 1.8 * eager, (via_extern, eager, via_op)
