@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     sd.add_argument("--space", default="decode", choices=["decode", "mid", "swap"],
                     help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
     sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
+    sd.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise"],
+                    help="bf16 against cuBLAS, or e4m3 (fast accumulation, scalar scales) against torch._scaled_mm")
     sd.add_argument("--json", help="write the rows here")
     sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
                         "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
         from .validation.tuning_sweeps import sweep_decode
 
         rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
-                            models=args.models.split(",") if args.models else None)
+                            models=args.models.split(",") if args.models else None, dtype=args.dtype)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -194,56 +194,81 @@ def swap_candidates(arch: str = "sm90a") -> list:
     return SwapModel.candidates(arch)
 
 
-def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None) -> list:
+def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
+                 dtype: str = "bfloat16") -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
-    public models (or of ``models``; bf16, nn.Linear layout) at each M, next to cuBLAS, CUDA-graph
-    device time: the data configs.DecodeModel is fitted on. Logs per shape the default pick's speed
-    against the best candidate's; returns rows {m, n, k, peer_ms, pick, times: {config name: ms}}."""
+    public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
+    device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
+    "bfloat16" (peer: cuBLAS through torch.matmul) or "fp8_tensorwise" (e4m3 -> bf16, fast
+    accumulation, scalar scales; peer: torch._scaled_mm). Logs per shape the default pick's speed
+    against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}."""
     import torch
 
     import cutedsl_backend as cb
 
     from ..configs import default_config, is_valid
+    from ..epilogue import EpilogueSpec
     from ..problem import GemmProblem
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
+    if dtype not in ("bfloat16", "fp8_tensorwise"):
+        raise ValueError(f"dtype {dtype!r}: bfloat16 or fp8_tensorwise")
+    fp8 = dtype == "fp8_tensorwise"
+    kdtype = "float8_e4m3fn" if fp8 else "bfloat16"
+    spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
     cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
-    probe = GemmProblem(8, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+    def linear(m, n, k):
+        return GemmProblem(m, n, k, 1, kdtype, "bfloat16", "k", "k", "sm90a", fast_accum=fp8)
 
     def kernel_problem(problem, c):  # a swap-AB config compiles (and is checked) for the swapped problem
         return problem.swapped() if c.swap_ab else problem
 
+    probe = linear(8, 4096, 4096)
     t0 = time.time()
-    failed = {r[0] for r in precompile([(kernel_problem(probe, c), c) for c in cands], workers) if r[2]}
+    failed = {r[0] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
     log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
     rows, picked, best = [], [], []
     for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
         n, k = proj.n, proj.k
-        w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+        w = torch.randn(n, k, device="cuda")
+        w = w.to(torch.float8_e4m3fn) if fp8 else w.to(torch.bfloat16)
         for m in ms:
-            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            a = torch.randn(m, k, device="cuda")
+            a = a.to(torch.float8_e4m3fn) if fp8 else a.to(torch.bfloat16)
             o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
+            if fp8:
+                peer = _graph_ms(lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                          use_fast_accum=True))
+
+                def ours(c):
+                    return lambda: cb.scaled_mm(a, w.t(), sa, sb, out=o, config=c, use_fast_accum=True)
+            else:
+                peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
+
+                def ours(c):
+                    return lambda: cb.gemm(a, w.t(), config=c, out=o)
             peer_runs = [peer()]
-            problem = GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
-            pick = default_config(problem)
+            problem = linear(m, n, k)
+            pick = default_config(problem, epilogue=spec)
             times = {}
             for c in cands + ([pick] if pick not in cands else []):
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
-                cb.gemm(a, w.t(), config=c, out=o)
-                times[c.name] = _graph_ms(lambda: cb.gemm(a, w.t(), config=c, out=o))()
+                ours(c)()
+                times[c.name] = _graph_ms(ours(c))()
             peer_runs.append(peer())
             p = statistics.median(peer_runs)
             fastest = min(times.values())
-            rows.append({"m": m, "n": n, "k": k, "peer_ms": p, "pick": pick.name, "times": times})
+            rows.append({"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": p, "pick": pick.name, "times": times})
             picked.append(p / times[pick.name])
             best.append(p / fastest)
-            log(f"{m}x{n}x{k}: cuBLAS {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
+            log(f"{m}x{n}x{k}: peer {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
                 f"best {min(times, key=times.get)} {best[-1]:.3f}x")
-    log(f"geomean vs cuBLAS: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    log(f"geomean vs the peer: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
     return rows
 
 
