@@ -158,7 +158,8 @@ def test_swap_dispatch_where_measured():
     # outside the measured domain: never swapped
     for p in (_linear(64, 4096, 14336), _linear(257, 4096, 14336), _linear(192, 4096, 14336, batch=2),
               _linear(192, 4096, 14336, a_major="m"), _linear(192, 4096, 14336, b_major="n"),
-              _linear(192, 4096, 14336, arch="sm100a"),
+              _linear(192, 4096, 14336, arch="sm100a"), _linear(192, 4100, 14336), _linear(192, 4097, 14336),
+              _linear(192, 4098, 14336, out="float32"),
               _linear(192, 4096, 14336, dtype="float8_e4m3fn", out="bfloat16")):
         assert swap_choice(p) is None and not default_config(p).swap_ab, p.describe()
     # a swapped tile costs less than the same unswapped one; more waves cost more
