@@ -85,10 +85,10 @@ def precompile_async(problem: GemmProblem, config: Optional[GemmConfig] = None,
     Returns the future of (key, compile seconds, cache hit), or None when there is no compile to
     do: the kernel is in memory or on disk, workers are off, or there is no disk cache to hand the
     result over (no CUDA driver: see :func:`~cutedsl_backend.disk_cache.driver_available`)."""
-    from .compiler import kernel_view, resolve
+    from .compiler import kernel_target, resolve
     from .epilogue import EpilogueSpec
 
-    problem, epilogue = kernel_view(problem, config, epilogue or EpilogueSpec())
+    problem, config, epilogue = kernel_target(problem, config, epilogue or EpilogueSpec())
     which = resolve(problem, config, epilogue)
     key = which.digest
     if key in STORE.memory or key in STORE.pending or not disk_cache.driver_available():

@@ -102,6 +102,10 @@ def compile_kernel(problem: GemmProblem, which: KernelKey, kernel_cls=None) -> C
     import cutlass.cute as cute
     from cutlass.runtime import make_fake_stream
 
+    if KernelKey.of(problem, which.config, which.epilogue) != which:
+        # a key resolved for another problem (e.g. a swap-AB config's swapped one) would be stored
+        # under a digest whose launches expect another layout
+        raise ValueError(f"compile_kernel: {problem.describe()} is not the problem of kernel key {which}")
     cfg, epilogue = which.config, which.epilogue
     kernel = (kernel_cls or kernel_class(problem.arch))(cfg, epilogue, problem.promote_fp8)
     fakes = fake_args(problem, epilogue, cfg)

@@ -39,11 +39,20 @@ from .workers import (  # noqa: F401  (the pool and its settings, public here to
 log = logging.getLogger("cutedsl_backend.compiler")
 
 
+def kernel_target(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> tuple:
+    """(problem, config, epilogue) as the kernel compiles them: the config chosen first (the
+    heuristic's pick when None), then its view of the call (a swap-AB config's is the swapped
+    problem: :func:`kernel_view`). Compiles and cache keys both start from this."""
+    config = config or default_config(problem, epilogue=epilogue)
+    problem, epilogue = kernel_view(problem, config, epilogue)
+    return problem, config, epilogue
+
+
 def resolve(problem: GemmProblem, config: Optional[GemmConfig], epilogue) -> KernelKey:
     """The kernel ``problem`` gets with ``config`` (checked and resolved; the heuristic's pick when
-    None) and ``epilogue``; a swap-AB config's is the swapped problem's (:func:`kernel_view`)."""
-    cfg = config or default_config(problem, epilogue=epilogue)
-    problem, epilogue = kernel_view(problem, cfg, epilogue)
+    None) and ``epilogue``; a swap-AB config's is the swapped problem's (:func:`kernel_target`:
+    compile it for that problem, as get_kernel does; compile_kernel checks)."""
+    problem, cfg, epilogue = kernel_target(problem, config, epilogue)
     check_config(cfg, problem, epilogue)
     return KernelKey.of(problem, resolve_config(cfg, problem, epilogue), epilogue)
 
@@ -59,7 +68,7 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
     (a swap-AB config's: :func:`kernel_view`)."""
     from .epilogue import EpilogueSpec
 
-    problem, epilogue = kernel_view(problem, config, epilogue or EpilogueSpec())
+    problem, config, epilogue = kernel_target(problem, config, epilogue or EpilogueSpec())
     fast_key = (problem, config, epilogue)
     hit = STORE.fast.get(fast_key)
     if hit is not None:
@@ -128,6 +137,6 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
                            b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype, fast_accum=fast_accum)
     epilogue = epilogue or EpilogueSpec()
     if not use_cache:
-        problem, epilogue = kernel_view(problem, config, epilogue)
+        problem, config, epilogue = kernel_target(problem, config, epilogue)
         return compile_kernel(problem, resolve(problem, config, epilogue))
     return get_kernel(problem, config, epilogue)

@@ -302,12 +302,13 @@ def swap_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, pick: O
                 model: SwapModel = SWAP_MODEL) -> Optional[GemmConfig]:
     """The swap-AB config the :class:`SwapModel` ranks fastest for ``problem`` and ``epilogue``
     (no residual: a swapped output is transposed), if it beats ``pick`` (the ranking's choice
-    without swap) in that model; None outside the model's domain (sm90a, 16-bit, K-major A and B,
-    one batch, row-major output, model.min_m <= M <= model.max_m) and where the output's rows are
+    without swap) in that model; None outside the model's domain (sm90a, 16-bit in and out, K-major
+    A and B, one batch, row-major output, model.min_m <= M <= model.max_m) and where the output's rows are
     not whole 16-byte vectors (the swapped kernel stores them with TMA, in place)."""
     if (problem.arch != "sm90a" or dtype_bits(problem.dtype) != 16 or problem.batch != 1
             or problem.a_major != "k" or problem.b_major != "k" or problem.c_major != "n"
-            or not (model.min_m <= problem.m <= model.max_m) or problem.n * dtype_bits(problem.out_dtype) % 128):
+            or problem.out_dtype != problem.dtype or not (model.min_m <= problem.m <= model.max_m)
+            or problem.n * dtype_bits(problem.out_dtype) % 128):
         return None
     ranked = sorted(model.candidates(problem.arch), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
     best = next((c for c in ranked if fits(c, problem, epilogue)), None)

@@ -25,15 +25,16 @@ from .seeds import stable_seed
 def compile_gate(cell: Cell) -> dict:
     """Compile ``cell`` from scratch for its arch (no GPU needed) and check its gates."""
     from ..build import compile_kernel
-    from ..compiler import STORE, resolve
+    from ..compiler import STORE, kernel_target, resolve
     from ..configs import family
     from ..problem import dtype_bits
 
     p = cell.problem()
     res = {"id": cell.id, "gate": "compile", "cell": cell.to_dict()}
     try:
-        epi = cell.epilogue_spec()
-        which = resolve(p, cell.config, epi)
+        # the kernel's own problem (a swap-AB config's is the swapped one) and config
+        p, config, epi = kernel_target(p, cell.config, cell.epilogue_spec())
+        which = resolve(p, config, epi)
         cfg = which.config
         cg = compile_kernel(p, which)
         STORE.disk.store(cg)  # the GPU stage (and later runs) load it instead of recompiling
