@@ -198,6 +198,7 @@ class EpilogueOperands:
         res_dtype = None
         if residual is not None:
             check_tensor("residual", residual, device)
+            residual = flat_residual(residual, problem)
             if tuple(residual.shape) not in ((m, n), (L, m, n)):
                 raise UnsupportedGemmError(
                     f"residual: shape must be ({m}, {n}) or ({L}, {m}, {n}), got {tuple(residual.shape)}")
@@ -273,10 +274,21 @@ def residual_view(residual):
     return residual.permute(1, 2, 0)
 
 
+def flat_residual(residual, problem: GemmProblem):
+    """A residual of the result's shape (L', M', N) for an (L', M', K) @ (K, N) call, which runs as
+    one (L'*M', K) GEMM: its rows flattened alike, (M, N) (a view where its strides allow, else a
+    copy). Any other residual as given."""
+    if (residual.dim() == 3 and problem.batch == 1 and residual.shape[0] > 1 and residual.shape[2] == problem.n
+            and residual.shape[0] * residual.shape[1] == problem.m):
+        return residual.reshape(problem.m, problem.n)
+    return residual
+
+
 def epilogue_views(bias, residual, scale_a, scale_b, problem):
     """The tensors the kernel reads, per call: 1-D vectors and the (M, N, L) residual view."""
     res = None
     if residual is not None:
+        residual = flat_residual(residual, problem)
         if residual.dim() == 2:
             residual = residual.unsqueeze(0).expand(problem.batch, problem.m, problem.n)
         res = residual_view(residual)

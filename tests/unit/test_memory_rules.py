@@ -106,3 +106,23 @@ def test_one_residual_broadcast_rule_for_eager_and_inductor():
     assert residual_broadcast(rows=64, row_stride=128, batched=True, batch_stride=0)
     assert not residual_broadcast(rows=64, row_stride=128, batched=True, batch_stride=8192)
     assert not residual_broadcast(rows=64, row_stride=128, batched=False, batch_stride=0)
+
+
+def test_a_residual_of_the_results_shape_flattens_with_the_rows():
+    """(L', M', K) @ (K, N) runs as one (L'*M', K) GEMM: a residual of the result's shape (L', M', N)
+    is read with its rows flattened alike (a view when its strides allow), on the first call (the
+    checked operands) and on every later one (the per-call views) the same way."""
+    from cutedsl_backend.operands import EpilogueOperands, epilogue_views
+    from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+
+    p = GemmProblem(15, 8, 64, 1, "bfloat16", "bfloat16", "k", "k", "sm90a", packed=False)
+    res = torch.randn(3, 5, 8, dtype=torch.bfloat16)
+    epi = EpilogueOperands(p, torch.device("cpu"), None, res, None, None, None)
+    per_call = epilogue_views(None, res, None, None, p)[3]
+    for view in (epi.residual, per_call):
+        assert view.shape == (15, 8, 1) and view.data_ptr() == res.data_ptr()
+        assert torch.equal(view[..., 0], res.reshape(15, 8))
+    strided = torch.randn(3, 8, 8, dtype=torch.bfloat16)[:, :5]  # rows not evenly spaced: a copy
+    assert torch.equal(epilogue_views(None, strided, None, None, p)[3][..., 0], strided.reshape(15, 8))
+    with pytest.raises(UnsupportedGemmError, match="residual: shape must be"):
+        EpilogueOperands(p, torch.device("cpu"), None, torch.randn(5, 3, 7, dtype=torch.bfloat16), None, None, None)
