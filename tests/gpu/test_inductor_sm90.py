@@ -324,3 +324,35 @@ def test_aot_inductor_mlp_with_the_backend_enabled(backend, tmp_path, caplog):
     assert rc == 0, err
     without, with_ = (torch.load(tmp_path / f"out-{k}.pt") for k in ("without", "with"))
     assert rel_l2(with_, ref.cpu()) <= 1.5 * rel_l2(without, ref.cpu()) + 2.0**-8
+
+
+@pytest.mark.epilogue("fused")
+def test_dynamic_mlp_compiles_once_and_serves_every_m(backend):
+    """torch.compile(dynamic=True, max-autotune) of a SiLU MLP with the backend enabled: one
+    compile serves every token count (no guard on M from our pass, lowerings or their autotune;
+    the H200 bench of 2026-12-05 recompiled at every new M), each M right against float64."""
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)
+
+        def forward(self, x):
+            return x + self.down(F.silu(self.up(x)))
+
+    torch.manual_seed(0)
+    mod = MLP().to("cuda", torch.bfloat16).eval()
+    ref_mod = copy.deepcopy(mod).double()
+    counters.clear()
+    fn = torch.compile(mod, mode="max-autotune", dynamic=True)
+    with torch.no_grad():
+        for m in (16, 48, 512):
+            x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
+            out = fn(x)
+            ref = ref_mod(x.double())
+            assert rel_l2(out, ref) <= 1.5 * rel_l2(mod(x), ref) + 2.0**-8, m
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert backend.ours(), backend.rows

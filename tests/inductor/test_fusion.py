@@ -320,3 +320,28 @@ def test_a_symbolic_token_count_is_fused_too(inductor, feedback, caplog):
     assert not [r for r in caplog.records if "skipped after" in r.getMessage()], caplog.text[-2000:]
     assert any(name.startswith("cutedsl_fused_gemm") for name, _ in feedback.rounds), feedback.rounds
     assert out.shape == ref.shape
+
+
+def test_dynamic_mlp_with_fused_chains_compiles_once(inductor, feedback):
+    """dynamic=True: a SiLU MLP whose chains the pass fuses (offered as the per-call dispatcher) is
+    compiled once and serves every token count; no guard on M from our pass or lowerings."""
+    from torch._dynamo.utils import counters
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(128, 256), torch.nn.Linear(256, 128)
+
+        def forward(self, x):
+            return x + self.down(F.silu(self.up(x)))
+
+    torch.manual_seed(0)
+    mod = MLP().to(torch.bfloat16).eval()
+    counters.clear()
+    fn = torch.compile(mod, mode="max-autotune-no-cudagraphs", dynamic=True)
+    with torch.no_grad():
+        for m in (16, 48, 512):
+            x = rand(m, 128)
+            torch.testing.assert_close(fn(x).float(), mod(x).float(), atol=0.1, rtol=0.05)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert any(c[0].startswith("cutedsl_") for c in feedback.ours()), feedback.rounds
