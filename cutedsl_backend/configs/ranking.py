@@ -171,6 +171,28 @@ def wide_tile_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None) ->
     return WIDE_TILE if gain >= 0.01 else None
 
 
+def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int, efficiency: float,
+                     unit_factor: float = 1.0) -> float:
+    """The per-wave roofline MidModel and SwapModel share, with ``model``'s rates (mac_per_us,
+    sm_gbps, hbm_tbps), overheads (wave_us, split_us) and narrow_efficiency: each wave costs the
+    slower of a unit's MMA work (tile x K slice over ``efficiency``, less for tiles under 128 wide)
+    and its operand loads (A and B panels shared over the cluster), times ``unit_factor``; plus
+    ``wave_us`` per wave and ``split_us`` for a split-K reduction; never under the operands' HBM
+    time. A swap-AB config's waves are counted on the swapped problem it runs."""
+    launched = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
+    elem = dtype_bits(problem.dtype) / 8
+    tile_k = natural_tile_k(problem.dtype)
+    waves = math.ceil(launch_tiles(launched, cfg) * cfg.splits / num_sms)
+    k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
+    efficiency *= 1.0 if cfg.tile_n >= 128 else model.narrow_efficiency
+    mma = cfg.tile_m * cfg.tile_n * k_slice / (model.mac_per_us * efficiency)
+    loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (model.sm_gbps * 1e3)
+    hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
+        model.hbm_tbps * 1e6)
+    return max(waves * (max(mma, loads) * unit_factor) + model.split_us * (cfg.splits > 1) + model.wave_us * waves,
+               hbm)
+
+
 @dataclass(frozen=True)
 class MidModel:
     """The cost model that picks configs for a few hundred tokens (chunked prefill, batched
@@ -197,17 +219,8 @@ class MidModel:
     max_m: int = 512
 
     def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
-        elem = dtype_bits(problem.dtype) / 8
-        tile_k = natural_tile_k(problem.dtype)
-        waves = math.ceil(launch_tiles(problem, cfg) * cfg.splits / num_sms)
-        k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
         eff = dict(((s, m), e) for s, m, e in self.efficiency)[(cfg.schedule, cfg.tile_m)]
-        eff *= 1.0 if cfg.tile_n >= 128 else self.narrow_efficiency
-        mma = cfg.tile_m * cfg.tile_n * k_slice / (self.mac_per_us * eff)
-        loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (self.sm_gbps * 1e3)
-        hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
-            self.hbm_tbps * 1e6)
-        return max(waves * max(mma, loads) + self.split_us * (cfg.splits > 1) + self.wave_us * waves, hbm)
+        return wave_roofline_us(self, problem, cfg, num_sms, eff)
 
     @staticmethod
     def candidates(arch: str = "sm90a") -> list:
@@ -270,19 +283,8 @@ class SwapModel:
 
     def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
         """Estimated time of ``cfg`` on the caller's ``problem`` (a swap config runs it swapped)."""
-        kproblem = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
-        elem = dtype_bits(problem.dtype) / 8
-        tile_k = natural_tile_k(problem.dtype)
-        waves = math.ceil(launch_tiles(kproblem, cfg) * cfg.splits / num_sms)
-        k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
         eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
-        eff *= 1.0 if cfg.tile_n >= 128 else self.narrow_efficiency
-        mma = cfg.tile_m * cfg.tile_n * k_slice / (self.mac_per_us * eff)
-        loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (self.sm_gbps * 1e3)
-        unit = max(mma, loads) * (self.swap_factor if cfg.swap_ab else 1.0)
-        hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
-            self.hbm_tbps * 1e6)
-        return max(waves * unit + self.split_us * (cfg.splits > 1) + self.wave_us * waves, hbm)
+        return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0)
 
     @staticmethod
     def candidates(arch: str = "sm90a") -> list:
@@ -310,9 +312,8 @@ def swap_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, pick: O
             or problem.out_dtype != problem.dtype or not (model.min_m <= problem.m <= model.max_m)
             or problem.n * dtype_bits(problem.out_dtype) % 128):
         return None
-    ranked = sorted(model.candidates(problem.arch), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
-    best = next((c for c in ranked if fits(c, problem, epilogue)), None)
-    if best is None or (pick is not None and model.time_us(problem, pick, num_sms)
-                        <= model.time_us(problem, best, num_sms)):
+    times = {c: model.time_us(problem, c, num_sms) for c in model.candidates(problem.arch)}
+    best = next((c for c in sorted(times, key=lambda c: (times[c], c.name)) if fits(c, problem, epilogue)), None)
+    if best is None or (pick is not None and model.time_us(problem, pick, num_sms) <= times[best]):
         return None
     return best

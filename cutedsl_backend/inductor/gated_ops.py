@@ -9,7 +9,7 @@ import functools
 import torch
 
 from ..epilogue import torch_activation
-from .ops import config_for_call
+from .ops import config_for_call, cuda_or_op
 
 aten = torch.ops.aten
 
@@ -87,17 +87,6 @@ def reference_scaled(a, w_gate, w_up, scale_a, scale_gate, scale_up, *, activati
 _CUDA_IMPLS = {GATED_OP: _impl, GATED_BIAS_OP: _impl, GATED_SCALED_OP: _impl_scaled}
 
 
-def _direct(op):
-    """``op`` as a plain callable: CUDA tensors straight to its CUDA function (no dispatcher
-    boxing on each call, see ops.direct), others through the op."""
-    impl = _CUDA_IMPLS[op]
-
-    def call(*args, **kwargs):
-        return impl(*args, **kwargs) if args[0].is_cuda else op(*args, **kwargs)
-
-    return call
-
-
 @functools.lru_cache(None)
 def extern_choice(op):
     """Gated op ``op`` as an Inductor choice (made once per process: extern_kernels names are unique)."""
@@ -105,5 +94,5 @@ def extern_choice(op):
 
     from .state import build_tag
 
-    return ExternKernelChoice(_direct(op), name=f"{_CHOICE_NAMES[op]}{build_tag()}", has_out_variant=False,
-                              op_overload=op)
+    return ExternKernelChoice(cuda_or_op(_CUDA_IMPLS[op], op), name=f"{_CHOICE_NAMES[op]}{build_tag()}",
+                              has_out_variant=False, op_overload=op)

@@ -41,7 +41,7 @@ def tensor_names(scaled: bool, bias: bool, residual: bool) -> tuple:
 
 
 SIGNATURES = [(s, b, r) for s in (False, True) for b in (False, True) for r in (False, True)]
-# fallbacks to the unfused torch computation taken at run time (see _run): tests assert none happen
+# fallbacks to the unfused torch computation taken at run time (see _fallback): tests assert none happen
 
 
 def normalize_bias(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
@@ -68,25 +68,34 @@ def config_for_call(kernel_config: str, rows: int) -> Optional[GemmConfig]:
     return config
 
 
-def _run(kind: tuple, a, b, tensors: tuple, activation, alpha, beta, out_dtype, fast_accum, kernel_config):
-    from .. import ops as eager
-
+def _eager_call(kind: tuple):
+    """The op's CUDA function for signature ``kind`` (the op's arguments): the eager call with
+    the tensors in their roles (positions worked out once, not per call) and the config the
+    choice names; a refusal takes the logged fallback."""
     scaled, has_bias, has_res = kind
-    named = dict(zip(tensor_names(*kind)[2:], tensors))
-    config = config_for_call(kernel_config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
-    bias = named.get("bias")
-    if bias is not None:
-        bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
-    try:
-        if scaled:
-            return eager.scaled_mm(a, b, named["scale_a"], named["scale_b"], bias=bias, activation=activation,
-                                   residual=named.get("residual"), beta=beta,
-                                   out_dtype=out_dtype or torch.bfloat16, use_fast_accum=fast_accum,
-                                   config=config)
-        return eager.gemm(a, b, bias=bias, activation=activation, residual=named.get("residual"), alpha=alpha,
-                          beta=beta, out_dtype=out_dtype, config=config)
-    except UnsupportedGemmError as e:
-        return _fallback(kind, e, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum)
+    i_bias = 2 + 2 * scaled if has_bias else None
+    i_res = 2 + 2 * scaled + has_bias if has_res else None
+
+    def call(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
+        from .. import ops as eager  # (not at import: the ops are defined before the eager path loads)
+
+        a, b = args[0], args[1]
+        config = config_for_call(kernel_config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
+        bias = args[i_bias] if has_bias else None
+        if bias is not None:
+            bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
+        residual = args[i_res] if has_res else None
+        try:
+            if scaled:
+                return eager.scaled_mm(a, b, args[2], args[3], bias=bias, activation=activation, residual=residual,
+                                       beta=beta, out_dtype=out_dtype or torch.bfloat16, use_fast_accum=fast_accum,
+                                       config=config)
+            return eager.gemm(a, b, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                              out_dtype=out_dtype, config=config)
+        except UnsupportedGemmError as e:
+            return _fallback(kind, e, a, b, args[2:], activation, alpha, beta, out_dtype, fast_accum)
+
+    return call
 
 
 def _fallback(kind: tuple, error, a, b, tensors: tuple, activation, alpha, beta, out_dtype, fast_accum):
@@ -140,54 +149,22 @@ def _fake(kind, a, b, tensors, activation, alpha, beta, out_dtype, fast_accum, k
 _LIB = torch.library.Library("cutedsl", "FRAGMENT")
 
 
-def direct(kind: tuple):
-    """The op as a plain callable (the op's arguments), for the extern kernels Inductor's
-    generated code and autotune benchmarks call: CUDA tensors go straight to the eager call the op
-    makes for CUDA (what :func:`_run` does, with the argument positions worked out once here),
-    without the dispatcher's boxing of every argument and the per-call name lookups (host time
-    that a small GEMM does not hide: 63 us against the eager call's 46 us on the H200 before);
-    others through the op (its other registrations)."""
-    from .. import ops as eager
+def cuda_or_op(run, op):
+    """A plain callable for an extern kernel: CUDA tensors straight to ``run`` (the function the op
+    ``op`` runs for CUDA), without the dispatcher's boxing of every argument on each call (host
+    time that a small GEMM does not hide: 74 us through it against the eager call's 46 us on the
+    H200); other tensors through ``op`` (its other registrations)."""
 
-    scaled, has_bias, has_res = kind
-    i_bias = 2 + 2 * scaled if has_bias else None
-    i_res = 2 + 2 * scaled + has_bias if has_res else None
-    overload = _OVERLOADS.get(kind)
-
-    def call(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
-        a, b = args[0], args[1]
-        if not a.is_cuda:
-            return (overload or _OVERLOADS[kind])(*args, activation=activation, alpha=alpha, beta=beta,
-                                                  out_dtype=out_dtype, fast_accum=fast_accum,
-                                                  kernel_config=kernel_config)
-        config = None
-        if kernel_config and kernel_config != DISPATCH:
-            config = _config(kernel_config)
-            if config.a_rows and (a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1])) > config.a_rows:
-                config = config.replace(a_rows=0)
-        bias = args[i_bias] if has_bias else None
-        if bias is not None and bias.dim() == 2:
-            bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
-        residual = args[i_res] if has_res else None
-        try:
-            if scaled:
-                return eager.scaled_mm(a, b, args[2], args[3], bias=bias, activation=activation, residual=residual,
-                                       beta=beta, out_dtype=out_dtype or torch.bfloat16, use_fast_accum=fast_accum,
-                                       config=config)
-            return eager.gemm(a, b, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                              out_dtype=out_dtype, config=config)
-        except UnsupportedGemmError as e:
-            return _fallback(kind, e, a, b, args[2:], activation, alpha, beta, out_dtype, fast_accum)
+    def call(*args, **kwargs):
+        return run(*args, **kwargs) if args[0].is_cuda else op(*args, **kwargs)
 
     return call
 
 
-def _cuda_impl(kind: tuple):
-    def impl(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
-        return _run(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
-                    kernel_config)
-
-    return impl
+def direct(kind: tuple):
+    """The op of signature ``kind`` as the extern kernels Inductor's generated code and autotune
+    benchmarks call (:func:`cuda_or_op`)."""
+    return cuda_or_op(_eager_call(kind), _OVERLOADS[kind])
 
 
 def _define(kind: tuple) -> None:
@@ -197,7 +174,7 @@ def _define(kind: tuple) -> None:
     _LIB.define(f"{name}({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor",
                 tags=(torch.Tag.pt2_compliant_tag,))
 
-    impl = _cuda_impl(kind)
+    impl = _eager_call(kind)
 
     def fake(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
         return _fake(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,

@@ -25,20 +25,30 @@ import time
 from typing import Optional
 
 
-def _blocks(tokens: int, d: int, hidden: int, dtype):
-    import torch
+def residual_mlp(d: int, hidden: int, activation: str):
+    """x + W2 act(W1 x + b1) + b2 (``activation`` a name of epilogue.torch_activation): the
+    feed-forward half of a transformer layer, as the benches and the Inductor tests build it."""
     import torch.nn as nn
 
-    class MLP(nn.Module):
-        """x + W2 gelu_tanh(W1 x + b1) + b2: the feed-forward half of a transformer layer."""
+    from ..epilogue import torch_activation
 
+    act = torch_activation(activation)
+
+    class ResidualMLP(nn.Module):
         def __init__(self):
             super().__init__()
             self.up = nn.Linear(d, hidden)
             self.down = nn.Linear(hidden, d)
 
         def forward(self, x):
-            return x + self.down(nn.functional.gelu(self.up(x), approximate="tanh"))
+            return x + self.down(act(self.up(x)))
+
+    return ResidualMLP()
+
+
+def _blocks(tokens: int, d: int, hidden: int, dtype):
+    import torch
+    import torch.nn as nn
 
     class SwiGLU(nn.Module):
         """x + W_down (silu(W_gate x) * W_up x): the gated feed-forward of Llama, Mistral, Qwen
@@ -69,7 +79,9 @@ def _blocks(tokens: int, d: int, hidden: int, dtype):
     x = torch.randn(*shape, device="cuda", generator=g).to(dtype)
     attn = torch.randn(*shape, device="cuda", generator=g).to(dtype)
     out = []
-    for name, mod, args in (("mlp", MLP(), (x,)), ("swiglu", SwiGLU(), (x,)), ("attn_out_proj", OutProj(), (x, attn))):
+    blocks = (("mlp", residual_mlp(d, hidden, "gelu_tanh"), (x,)), ("swiglu", SwiGLU(), (x,)),
+              ("attn_out_proj", OutProj(), (x, attn)))
+    for name, mod, args in blocks:
         mod = mod.to("cuda", dtype).eval()
         for p in mod.parameters():
             p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
@@ -338,7 +350,6 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     with ``speedup_vs_aten_triton`` per M for ours."""
     import torch
     import torch._dynamo
-    import torch.nn as nn
     from torch._inductor.utils import fresh_cache
 
     import cutedsl_backend.inductor as cbi
@@ -347,16 +358,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
 
     dt = getattr(torch, dtype)
 
-    class SiluMLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = nn.Linear(d, hidden), nn.Linear(hidden, d)
-
-        def forward(self, x):
-            return x + self.down(nn.functional.silu(self.up(x)))
-
     g = torch.Generator(device="cuda").manual_seed(0)
-    mod = SiluMLP().to("cuda", dt).eval()
+    mod = residual_mlp(d, hidden, "silu").to("cuda", dt).eval()
     for p in mod.parameters():
         p.data.normal_(0, p.shape[-1] ** -0.5, generator=g)
     # the float64 reference is a copy: converting the compiled module's own parameters would hand

@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from cutedsl_backend.validation.bench_inductor import residual_mlp  # noqa: E402
+
 pytestmark = pytest.mark.gpu("sm90")
 
 
@@ -291,17 +293,9 @@ def test_aot_inductor_mlp_with_the_backend_enabled(backend, tmp_path, caplog):
 
     import cutedsl_backend.inductor as cbi
 
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)
-
-        def forward(self, x):
-            return self.down(F.gelu(self.up(x))) + x
-
     caplog.set_level(logging.INFO, logger="cutedsl_backend.inductor")
     torch.manual_seed(0)
-    model = MLP().to("cuda", torch.bfloat16).eval()
+    model = residual_mlp(1024, 4096, "gelu").to("cuda", torch.bfloat16).eval()
     x = torch.randn(256, 1024, device="cuda").to(torch.bfloat16)
     x_path = tmp_path / "x.pt"
     torch.save(x, x_path)
@@ -335,16 +329,8 @@ def test_dynamic_mlp_compiles_once_and_serves_every_m(backend):
 
     from torch._dynamo.utils import counters
 
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)
-
-        def forward(self, x):
-            return x + self.down(F.silu(self.up(x)))
-
     torch.manual_seed(0)
-    mod = MLP().to("cuda", torch.bfloat16).eval()
+    mod = residual_mlp(1024, 4096, "silu").to("cuda", torch.bfloat16).eval()
     ref_mod = copy.deepcopy(mod).double()
     counters.clear()
     fn = torch.compile(mod, mode="max-autotune", dynamic=True)

@@ -119,7 +119,7 @@ def test_op_falls_back_to_torch_with_a_logged_warning(caplog):
     a, b, bias = rand(64, 32), rand(32, 48), rand(48)
     before = cbi.stats()["runtime_fallbacks"]
     with caplog.at_level(logging.WARNING, logger="cutedsl_backend.inductor"):
-        out = iops._run((False, True, False), a, b, (bias,), "relu", 1.0, 1.0, None, False, "")
+        out = iops._eager_call((False, True, False))(a, b, bias, activation="relu")
     assert cbi.stats()["runtime_fallbacks"] == before + 1
     assert any("device" in r.getMessage() and "unfused torch ops" in r.getMessage() for r in caplog.records)
     torch.testing.assert_close(out, torch.relu(torch.addmm(bias, a, b)))

@@ -12,19 +12,11 @@ torch = pytest.importorskip("torch")
 from .conftest import rand  # noqa: E402
 
 
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up = torch.nn.Linear(64, 128)
-        self.down = torch.nn.Linear(128, 64)
-
-    def forward(self, x):
-        return self.down(torch.nn.functional.gelu(self.up(x))) + x
-
-
 def _model():
+    from cutedsl_backend.validation.bench_inductor import residual_mlp
+
     torch.manual_seed(0)
-    return MLP().to(torch.bfloat16).eval()
+    return residual_mlp(64, 128, "gelu").to(torch.bfloat16).eval()
 
 
 def test_cpp_wrapper_offers_nothing_and_says_why(inductor, feedback, caplog):

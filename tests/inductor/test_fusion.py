@@ -327,16 +327,10 @@ def test_dynamic_mlp_with_fused_chains_compiles_once(inductor, feedback):
     compiled once and serves every token count; no guard on M from our pass or lowerings."""
     from torch._dynamo.utils import counters
 
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = torch.nn.Linear(128, 256), torch.nn.Linear(256, 128)
-
-        def forward(self, x):
-            return x + self.down(F.silu(self.up(x)))
+    from cutedsl_backend.validation.bench_inductor import residual_mlp
 
     torch.manual_seed(0)
-    mod = MLP().to(torch.bfloat16).eval()
+    mod = residual_mlp(128, 256, "silu").to(torch.bfloat16).eval()
     counters.clear()
     fn = torch.compile(mod, mode="max-autotune-no-cudagraphs", dynamic=True)
     with torch.no_grad():
