@@ -111,7 +111,8 @@ def main(argv=None) -> int:
     fz.add_argument("--cases", type=int, default=300)
     fz.add_argument("--gated-cases", type=int, help="gemm_gated cases after the gemm ones (default: "
                     "validation.fuzz.gated_case_count, a third as many)")
-    rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json")
+    rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json "
+                        "(or report.json.gz)")
     rr.add_argument("report")
     c = sub.add_parser("compile", help="compile one problem for an arch (no GPU needed)")
     c.add_argument("mnk")
@@ -312,10 +313,10 @@ def main(argv=None) -> int:
     if args.cmd == "render-report":
         from pathlib import Path
 
-        from .validation.report import html, markdown
+        from .validation.report import html, load_report, markdown
 
         path = Path(args.report)
-        report = json.loads(path.read_text())
+        report = load_report(path)
         (path.parent / "summary.md").write_text(markdown(report))
         (path.parent / "report.html").write_text(html(report))
         print(f"wrote {path.parent / 'summary.md'} and {path.parent / 'report.html'}")

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter, defaultdict
 from html import escape
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
+
+
+def load_report(path) -> dict:
+    """A report.json, or one stored gzip-compressed (``report.json.gz``, as docs/results keeps them)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
 
 
 def write_reports(report: dict, out_dir: Path) -> dict:
@@ -162,7 +170,7 @@ def _merged_perf(sweeps: list):
 def merge_reports(out_dir, report_paths, expect=()) -> int:
     """One report from several (a release: one per GPU kind); fails if any part failed or an
     arch of ``expect`` ran no GPU cell in any part (its front page lists, per arch, what ran)."""
-    parts = [json.loads(Path(p).read_text()) for p in report_paths]
+    parts = [load_report(p) for p in report_paths]
     results = [r | {"run": p["summary"]["run_id"]} for p in parts for r in p["results"]]
     skips = Counter(r["reason"] for r in results if r["status"] == "skip")
     budgets = {"ok": all(p["summary"]["budgets"]["ok"] for p in parts), "configs": {},

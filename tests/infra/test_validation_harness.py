@@ -1,5 +1,6 @@
 """The validation harness: budgets gate, reports, matrix, and the repo wiring (README, CI, nox)."""
 
+import gzip
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import TAGS, cells, unbuilt_archs
-from cutedsl_backend.validation.report import write_reports
+from cutedsl_backend.validation.report import load_report, write_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +69,11 @@ def test_reports_are_written_and_count_skips(tmp_path):
     # the compile-time histogram: a matplotlib chart, or the line saying how to draw it
     assert "data:image/png;base64," in page or "matplotlib is not installed" in page
     assert "http" not in page.replace("http-equiv", "")  # self-contained: nothing fetched
+    # docs/results keeps reports gzip-compressed: they load the same
+    gz = tmp_path / "stored" / "report.json.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(paths["json"].read_bytes()))
+    assert load_report(gz) == load_report(paths["json"]) == json.loads(paths["json"].read_text())
 
 
 def test_readme_commands_and_ci_agree():
