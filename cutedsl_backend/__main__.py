@@ -189,11 +189,14 @@ def main(argv=None) -> int:
     if args.cmd == "sweep-decode":
         from .validation.tuning_sweeps import sweep_decode
 
-        rows = sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
-                            models=args.models.split(",") if args.models else None, dtype=args.dtype)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+        def save(rows):  # after every shape: a sweep stopped part-way keeps what it measured
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+
+        save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
+                          models=args.models.split(",") if args.models else None, dtype=args.dtype,
+                          checkpoint=save))
         return 0
     if args.cmd == "sweep-gated":
         from .validation.tuning_sweeps import sweep_gated

@@ -195,14 +195,15 @@ def swap_candidates(arch: str = "sm90a") -> list:
 
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
-                 dtype: str = "bfloat16") -> list:
+                 dtype: str = "bfloat16", checkpoint=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
     "bfloat16" (peer: cuBLAS through torch.matmul) or "fp8_tensorwise" (e4m3 -> bf16, fast
     accumulation, scalar scales; peer: torch._scaled_mm). Logs per shape the default pick's speed
-    against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}."""
+    against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}
+    (also given to ``checkpoint``, if set, after each row)."""
     import torch
 
     import cutedsl_backend as cb
@@ -264,6 +265,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             p = statistics.median(peer_runs)
             fastest = min(times.values())
             rows.append({"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": p, "pick": pick.name, "times": times})
+            if checkpoint is not None:
+                checkpoint(rows)
             picked.append(p / times[pick.name])
             best.append(p / fastest)
             log(f"{m}x{n}x{k}: peer {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
