@@ -404,14 +404,13 @@ def lower_scaled(a, w_gate, w_up, scale_a, scale_gate, scale_up, *, activation, 
 
 
 def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
-    from torch._inductor.codegen.subgraph import SubgraphTemplate
     from torch._inductor.ir import ExternKernel, FixedLayout, FlexibleLayout
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
 
     from .choices import autotuning, precompile_offer
     from .eligibility import DISPATCH, Offer, Sizes
-    from .lowering import _inline, _inline_unfused, _select, _tracer
+    from .lowering import _inline, _inline_unfused, _select, unfused_choice
     from .state import STATE
 
     if kernel_config or not (STATE.enabled and autotuning()):
@@ -440,9 +439,7 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
         caller.description = f"cutedsl gated {pick}"
         ours.append(caller)
     precompile_offer(Offer(problem, spec, tuple(configs), dynamic=dynamic))
-    unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
-        name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(ref),
-        description="unfused GEMMs + activation * up")
+    unfused = unfused_choice(name, inputs, layout, ref, "unfused GEMMs + activation * up")
     node, winner = _select(name, [unfused] + ours, inputs, layout)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)

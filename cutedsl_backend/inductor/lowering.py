@@ -115,12 +115,8 @@ def _lower(kind: tuple, *args, **kwargs):
     if verdict == "won":
         log.debug("cutedsl: %s: %s won here before (decision cache)", name, offer.configs[0].name)
         return choices[0].output_node()
-    from torch._inductor.codegen.subgraph import SubgraphTemplate
-
     t0 = time.perf_counter()
-    unfused = SubgraphTemplate(name=f"{name}_unfused").generate(
-        name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
-        description="unfused GEMM + pointwise ops")
+    unfused = unfused_choice(name, inputs, layout, reference, "unfused GEMM + pointwise ops")
     if device.type == "cuda":
         why_not = device_timing.install_on_subgraph(unfused)
         if why_not is None:
@@ -147,6 +143,42 @@ def _lower(kind: tuple, *args, **kwargs):
         return _inline_unfused(reference, args, name, gm=unfused.gm)
     log.debug("cutedsl: %s: %s won", name, getattr(winner, "description", winner))
     return node
+
+
+def unfused_choice(name, inputs, layout, reference, description):
+    """The unfused ops as an autotune choice (Inductor's SubgraphChoiceCaller of ``reference``
+    traced on ``inputs``), which adds no guard on a symbolic extent (see :func:`_sym_values_from_hints`)."""
+    from torch._inductor.codegen.subgraph import SubgraphTemplate
+
+    with _sym_values_from_hints():
+        return SubgraphTemplate(name=f"{name}_unfused").generate(
+            name=f"{name}_unfused", input_nodes=inputs, layout=layout, make_fx_graph=_tracer(reference),
+            description=description)
+
+
+@contextlib.contextmanager
+def _sym_values_from_hints():
+    """torch 2.11's SubgraphChoiceCaller takes the values of its symbolic extents with ``int()`` of
+    its symbolic example inputs' sizes, which guards the graph on the autotune hint (``Eq(s0, 16)``):
+    a ``dynamic=True`` module then compiled again at every new token count. Later torch reads them
+    from concrete benchmark inputs. Where the method still reads the example inputs, it takes the
+    size hints instead (the values ``int()`` returned, without the guard) while a choice is made."""
+    from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
+    from torch._inductor.virtualized import V
+
+    reads_example_inputs = getattr(SubgraphChoiceCaller, "_compute_sym_input_values", None)
+    if reads_example_inputs is None or "example_inputs" not in reads_example_inputs.__code__.co_names:
+        yield
+        return
+
+    def from_hints(choice):
+        return [int(V.graph.sizevars.optimization_hint(s, fallback=1)) for s in choice.sym_inputs]
+
+    SubgraphChoiceCaller._compute_sym_input_values = from_hints
+    try:
+        yield
+    finally:
+        SubgraphChoiceCaller._compute_sym_input_values = reads_example_inputs
 
 
 def _inline_unfused(fn, inputs, name, gm=None):

@@ -339,3 +339,35 @@ def test_dynamic_mlp_with_fused_chains_compiles_once(inductor, feedback):
             torch.testing.assert_close(fn(x).float(), mod(x).float(), atol=0.1, rtol=0.05)
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     assert any(c[0].startswith("cutedsl_") for c in feedback.ours()), feedback.rounds
+
+
+def test_unfused_choice_reads_symbolic_extents_from_hints(monkeypatch):
+    """A torch whose subgraph choice takes its symbolic extents' values from the (symbolic) example
+    inputs guards the graph on the hint (torch 2.11: a dynamic module recompiled per M): while our
+    unfused choice is made, those values come from the size hints; a torch that reads concrete
+    benchmark inputs is left as it is."""
+    from types import SimpleNamespace
+
+    from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
+    from torch._inductor.virtualized import V
+
+    from cutedsl_backend.inductor.lowering import _sym_values_from_hints
+
+    def reads_example_inputs(self):  # the guarding form: int() of symbolic sizes
+        return [int(d) for x in self.example_inputs for d in x.shape]
+
+    def reads_benchmark_inputs(self):
+        return [int(d) for x in self.benchmark_inputs for d in x.shape]
+
+    hints = {"s0": 48, "s1": 7}
+    sizevars = SimpleNamespace(optimization_hint=lambda s, fallback=None: hints.get(str(s), fallback))
+    choice = SimpleNamespace(sym_inputs=["s0", "s1"])
+    for method, patched in ((reads_example_inputs, True), (reads_benchmark_inputs, False)):
+        monkeypatch.setattr(SubgraphChoiceCaller, "_compute_sym_input_values", method)
+        with V.set_graph_handler(SimpleNamespace(sizevars=sizevars)), _sym_values_from_hints():
+            inside = SubgraphChoiceCaller._compute_sym_input_values
+            if patched:
+                assert inside is not method and inside(choice) == [48, 7]
+            else:
+                assert inside is method
+        assert SubgraphChoiceCaller._compute_sym_input_values is method
