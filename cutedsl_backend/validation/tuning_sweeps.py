@@ -208,7 +208,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
 
     import cutedsl_backend as cb
 
-    from ..configs import default_config, is_valid
+    from ..configs import default_config, is_valid, rank_configs
     from ..epilogue import EpilogueSpec
     from ..problem import GemmProblem
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
@@ -255,8 +255,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             peer_runs = [peer()]
             problem = linear(m, n, k)
             pick = default_config(problem, epilogue=spec)
+            extra = [pick]
+            if space == "swap":  # and what the ranking would run unswapped, which a swap pick replaces
+                extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab))
             times = {}
-            for c in cands + ([pick] if pick not in cands else []):
+            for c in cands + [c for c in dict.fromkeys(extra) if c not in cands]:
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 ours(c)()
