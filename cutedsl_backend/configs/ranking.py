@@ -266,8 +266,9 @@ class SwapModel:
     ratio and ``swap_factor`` (plateau 0.76-0.80); the rates and overheads move it little (+-25%:
     no change). Per M (geomean vs cuBLAS, mid-size picks -> with this model): 96: 0.844 -> 0.820
     (so ``min_m`` is 128), 128: 0.908 -> 0.958, 160: 0.722 -> 0.781, 192: 0.852 -> 0.992, 256:
-    0.916 -> 0.933. Its domain is what was measured and won: sm90a, 16-bit operands, K-major A and
-    B (the nn.Linear layout), one batch, ``min_m`` <= M <= ``max_m``."""
+    0.916 -> 0.942 (0.933 before the 64 x 256 ping-pong tile left the candidates). Its domain is
+    what was measured and won: sm90a, 16-bit operands, K-major A and B (the nn.Linear layout), one
+    batch, ``min_m`` <= M <= ``max_m``."""
 
     mac_per_us: float = 2.32e6
     sm_gbps: float = 183.0
@@ -289,12 +290,16 @@ class SwapModel:
     @staticmethod
     def candidates(arch: str = "sm90a") -> list:
         """Swap-AB configs: 128-row cooperative and 64-row ping-pong tiles over the weights; 32-64
-        tokens per tile with 2-8 K slices, 128-256 with 1-4; with and without a cluster along the
-        weights (what ``sweep-decode --space swap`` measures)."""
+        tokens per tile with 2-8 K slices, 128-256 with 1-4 (ping-pong: up to 192); with and
+        without a cluster along the weights (what ``sweep-decode --space swap`` measures). The
+        64 x 256 ping-pong tile is left out: on the H100 sweep it was no shape's best swap config
+        at 256 tokens (0.63-0.86x cuBLAS), and the H200 validation, where the model picked it at
+        256 tokens, measured it below the unswapped pick on each of its ten shapes (0.77-0.89x)."""
         widths = [(tn, s) for tn in (32, 64) for s in (2, 4, 8)] + [(tn, s) for tn in (128, 192, 256)
                                                                    for s in (1, 2, 4)]
         return [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
-                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)]
+                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
+                if not (sched == "pingpong" and tn == 256)]
 
 
 SWAP_MODEL = SwapModel()

@@ -195,3 +195,15 @@ def test_swap_dispatch_respects_the_epilogue():
     spec = EpilogueSpec(bias="col", bias_dtype="bfloat16", activation="gelu")
     cfg = default_config(p, epilogue=spec)
     assert cfg.swap_ab and fits(cfg, p, spec)
+
+
+def test_no_wide_ping_pong_swap_tile():
+    """The 64 x 256 ping-pong swap tile lost wherever it was measured (H100 sweep at 256 tokens,
+    H200 validation): never a candidate; at 256 tokens on large weights, where the model took it,
+    another tile (or no swap) is picked."""
+    from cutedsl_backend.configs import SwapModel, default_config
+
+    assert not [c for c in SwapModel.candidates() if c.schedule == "pingpong" and c.tile_n == 256]
+    for n, k in ((7168, 18432), (57344, 8192), (8192, 8192)):
+        cfg = default_config(_linear(256, n, k))
+        assert not (cfg.swap_ab and cfg.schedule == "pingpong" and cfg.tile_n == 256), cfg.name
