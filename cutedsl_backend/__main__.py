@@ -79,8 +79,9 @@ def main(argv=None) -> int:
     sd.add_argument("--space", default="decode", choices=["decode", "mid", "swap"],
                     help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
     sd.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
-    sd.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise"],
-                    help="bf16 against cuBLAS, or e4m3 (fast accumulation, scalar scales) against torch._scaled_mm")
+    sd.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
+                    help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
+                    "fp32 accumulation, or fast accumulation on both sides)")
     sd.add_argument("--json", help="write the rows here")
     sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
                         "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")

@@ -185,12 +185,26 @@ def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int,
     waves = math.ceil(launch_tiles(launched, cfg) * cfg.splits / num_sms)
     k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
     efficiency *= 1.0 if cfg.tile_n >= 128 else model.narrow_efficiency
-    mma = cfg.tile_m * cfg.tile_n * k_slice / (model.mac_per_us * efficiency)
+    # mac_per_us is the 16-bit rate: the tensor cores do twice the 8-bit MACs per cycle
+    rate = model.mac_per_us * efficiency * (2.0 if dtype_bits(problem.dtype) == 8 else 1.0)
+    mma = cfg.tile_m * cfg.tile_n * k_slice / rate
     loads = (cfg.tile_m / cfg.cluster_n + cfg.tile_n / cfg.cluster_m) * k_slice * elem / (model.sm_gbps * 1e3)
     hbm = (problem.n * problem.k + problem.m * problem.k + problem.m * problem.n) * problem.batch * elem / (
         model.hbm_tbps * 1e6)
     return max(waves * (max(mma, loads) * unit_factor) + model.split_us * (cfg.splits > 1) + model.wave_us * waves,
                hbm)
+
+
+def operand_class(problem: GemmProblem) -> Optional[str]:
+    """The operand class a fitted model is keyed by: "16bit" (bf16/fp16 in and out), "fp8_fast"
+    (e4m3 in, fast accumulation, 16-bit out); None for the rest (precise FP8 adds its promoted
+    accumulators to the costs, fp32 out its stores: not measured)."""
+    if dtype_bits(problem.dtype) == 16 and problem.out_dtype == problem.dtype:
+        return "16bit"
+    if (problem.dtype == "float8_e4m3fn" and problem.b_dtype in (None, "float8_e4m3fn") and problem.fast_accum
+            and dtype_bits(problem.out_dtype) == 16):
+        return "fp8_fast"
+    return None
 
 
 @dataclass(frozen=True)

@@ -200,8 +200,10 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
-    "bfloat16" (peer: cuBLAS through torch.matmul) or "fp8_tensorwise" (e4m3 -> bf16, fast
-    accumulation, scalar scales; peer: torch._scaled_mm). Logs per shape the default pick's speed
+    "bfloat16" (peer: cuBLAS through torch.matmul), "fp8_tensorwise" (e4m3 -> bf16, scalar scales,
+    every k-tile added in fp32: torch._scaled_mm's default, as the validation's perf sweep runs it)
+    or "fp8_tensorwise_fast" (the same with fast accumulation, on both sides; peer:
+    torch._scaled_mm). Logs per shape the default pick's speed
     against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}
     (also given to ``checkpoint``, if set, after each row)."""
     import torch
@@ -214,15 +216,16 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
-    if dtype not in ("bfloat16", "fp8_tensorwise"):
-        raise ValueError(f"dtype {dtype!r}: bfloat16 or fp8_tensorwise")
-    fp8 = dtype == "fp8_tensorwise"
+    if dtype not in ("bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"):
+        raise ValueError(f"dtype {dtype!r}: bfloat16, fp8_tensorwise or fp8_tensorwise_fast")
+    fp8 = dtype.startswith("fp8")
+    fast = dtype == "fp8_tensorwise_fast"
     kdtype = "float8_e4m3fn" if fp8 else "bfloat16"
     spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
     cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
 
     def linear(m, n, k):
-        return GemmProblem(m, n, k, 1, kdtype, "bfloat16", "k", "k", "sm90a", fast_accum=fp8)
+        return GemmProblem(m, n, k, 1, kdtype, "bfloat16", "k", "k", "sm90a", fast_accum=fast)
 
     def kernel_problem(problem, c):  # a swap-AB config compiles (and is checked) for the swapped problem
         return problem.swapped() if c.swap_ab else problem
@@ -243,10 +246,10 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             if fp8:
                 peer = _graph_ms(lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
-                                                          use_fast_accum=True))
+                                                          use_fast_accum=fast))
 
                 def ours(c):
-                    return lambda: cb.scaled_mm(a, w.t(), sa, sb, out=o, config=c, use_fast_accum=True)
+                    return lambda: cb.scaled_mm(a, w.t(), sa, sb, out=o, config=c, use_fast_accum=fast)
             else:
                 peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
 
