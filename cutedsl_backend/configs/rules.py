@@ -104,9 +104,10 @@ def kernel_view(problem: GemmProblem, config: Optional[GemmConfig], epilogue) ->
 
 def fits(cfg: GemmConfig, problem: GemmProblem, epilogue) -> bool:
     """check_config passes (with the ``epilogue`` EpilogueSpec's shared memory), on the problem as
-    the kernel would run it (:func:`kernel_view`)."""
-    problem, epilogue = kernel_view(problem, cfg, epilogue)
+    the kernel would run it (:func:`kernel_view`; an epilogue with no swapped form, e.g. a gated
+    one with its column bias, does not fit a swap-AB config)."""
     try:
+        problem, epilogue = kernel_view(problem, cfg, epilogue)
         check_config(cfg, problem, epilogue)
     except UnsupportedGemmError:
         return False

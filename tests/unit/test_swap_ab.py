@@ -207,3 +207,17 @@ def test_no_wide_ping_pong_swap_tile():
     for n, k in ((7168, 18432), (57344, 8192), (8192, 8192)):
         cfg = default_config(_linear(256, n, k))
         assert not (cfg.swap_ab and cfg.schedule == "pingpong" and cfg.tile_n == 256), cfg.name
+
+
+def test_gated_epilogue_is_never_swapped():
+    """A gated epilogue has no swapped form (its column bias would become a row bias, which it
+    refuses): the ranking keeps unswapped configs and never raises, with or without biases (the
+    H100 GPU suite's gated-bias tests at swap-domain token counts raised here)."""
+    from cutedsl_backend.configs import default_config, fits, rank_configs
+
+    for m in (128, 192, 256):
+        p = _linear(m, 2 * 4096, 4096)
+        for spec in (EpilogueSpec(gated="silu"), EpilogueSpec(gated="silu", bias="col", bias_dtype="bfloat16")):
+            assert not default_config(p, epilogue=spec).swap_ab
+            assert not any(c.swap_ab for c in rank_configs(p, epilogue=spec))
+            assert not fits(GemmConfig(128, 128, swap_ab=True), p, spec)
