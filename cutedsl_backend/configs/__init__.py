@@ -28,7 +28,9 @@ from .families import (
 )
 from .ranking import (
     DECODE_MODEL,
+    FP8_MID_MODEL,
     MID_MODEL,
+    MID_MODELS,
     SWAP_MODEL,
     WIDE_TILE,
     WIDE_TILE_BASE,
@@ -39,6 +41,7 @@ from .ranking import (
     default_config,
     heuristic_score,
     mid_choice,
+    operand_class,
     rank_configs,
     swap_choice,
     wave_efficiency,
@@ -70,13 +73,15 @@ from .tuning import TUNED_SM90, TunedRule, tuned_choice
 
 __all__ = [
     "DECODE_MODEL", "EPI_STAGES", "EPI_TILE_N", "FAMILIES", "MAX_ACC_REGS_PER_THREAD",
-    "MAX_ACC_REGS_PER_THREAD_PROMOTED", "MAX_MMA_N", "MAX_SPLITS", "MID_MODEL", "PROMOTED_ACC_COPIES",
+    "MAX_ACC_REGS_PER_THREAD_PROMOTED", "MAX_MMA_N", "MAX_SPLITS", "MID_MODEL", "MID_MODELS", "FP8_MID_MODEL",
+    "PROMOTED_ACC_COPIES",
     "RASTERS", "RES_STAGES", "SCHEDULES", "SM90_MAX_TILE_N", "SM100_ACC_STAGES", "SMEM_RESERVED",
     "SWAP_MODEL", "SwapModel", "TMEM_COLUMNS", "TUNED_SM90", "WIDE_TILE", "WIDE_TILE_BASE", "DecodeModel",
     "GemmConfig", "MidModel",
     "TunedRule", "acc_regs_per_thread", "check_config", "config_space", "ctas_per_mma", "decode_choice",
     "default_config", "epilogue_groups", "epilogue_smem_bytes", "epilogue_tile", "family", "fits", "kernel_view",
-    "heuristic_score", "is_valid", "k_slices", "launch_tiles", "max_stages", "mid_choice", "mma_atom_n",
+    "heuristic_score", "is_valid", "k_slices", "launch_tiles", "max_stages", "mid_choice", "operand_class",
+    "mma_atom_n",
     "natural_tile_k", "promoted_acc_copies", "quick_configs", "rank_configs", "resolve_config",
     "smem_bytes_per_stage", "split_k_workspace", "swap_choice", "tuned_choice", "valid_configs", "wave_efficiency",
     "wide_tile_choice",

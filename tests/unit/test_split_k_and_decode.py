@@ -122,7 +122,20 @@ def test_mid_choice_where_measured():
         assert cfg in MidModel.candidates()
         assert default_config(prob(m, 8192, 8192)) == (swap_choice(prob(m, 8192, 8192), pick=cfg) or cfg)
     assert mid_choice(prob(64, 8192, 8192)) is None and mid_choice(prob(513, 8192, 8192)) is None
-    assert mid_choice(prob(256, 8192, 8192, dtype="float8_e4m3fn")) is None  # measured on 16-bit only
+    # FP8 e4m3 with fp32 accumulation (torch._scaled_mm's default): its own fitted model, 128-512
+    # tokens; fast accumulation and e5m2 were not measured
+    from cutedsl_backend.configs import FP8_MID_MODEL, fits
+
+    fp8 = prob(256, 8192, 8192, dtype="float8_e4m3fn")
+    scales = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+    pick = mid_choice(fp8, epilogue=scales)
+    assert pick in MidModel.candidates() and fits(pick, fp8, scales)
+    assert pick == mid_choice(fp8, epilogue=scales, model=FP8_MID_MODEL) == default_config(fp8, epilogue=scales)
+    assert mid_choice(prob(96, 8192, 8192, dtype="float8_e4m3fn")) is None
+    assert mid_choice(GemmProblem(256, 8192, 8192, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a",
+                                  fast_accum=True)) is None
+    assert mid_choice(GemmProblem(256, 8192, 8192, 1, "float8_e5m2", "bfloat16", "k", "k", "sm90a",
+                                  b_dtype="float8_e4m3fn")) is None
     assert mid_choice(prob(256, 8192, 8192, arch="sm100a")) is None
     # the model: the same tile on more K per unit costs more; a split pays its reduction
     p = prob(256, 8192, 8192)
