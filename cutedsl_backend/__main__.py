@@ -192,8 +192,11 @@ def main(argv=None) -> int:
 
         def save(rows):  # after every shape: a sweep stopped part-way keeps what it measured
             if args.json:
-                with open(args.json, "w") as f:
+                import os
+
+                with open(args.json + ".tmp", "w") as f:
                     json.dump(rows, f, indent=1)
+                os.replace(args.json + ".tmp", args.json)  # a kill mid-write leaves the last whole file
 
         save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
                           models=args.models.split(",") if args.models else None, dtype=args.dtype,

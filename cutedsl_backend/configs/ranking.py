@@ -253,11 +253,11 @@ MID_MODEL = MidModel()
 # FP8 e4m3 with fp32 accumulation of every k-tile (torch._scaled_mm's default), 16-bit out. Fitted
 # on an H100 with ``python -m cutedsl_backend sweep-decode --dtype fp8_tensorwise --space mid --ms
 # 128,192,256,512 --models llama3-8b,qwen2.5-7b`` (8 projections x 4 M, tensorwise scales): its picks
-# measured 0.943x torch._scaled_mm in geomean (per M 0.98 / 0.88 / 0.98 / 0.93), the ranking's
-# picks before it 0.866x, the bf16 MidModel's rates 0.917x, the best candidate per shape 0.984x.
-# Fitted on three quarters of the shapes, each held-out quarter's picks gained 0.02-0.10 over the
-# ranking's. Mostly a split-K reduction's cost: the K slices' fp32 partials add to the promoted
-# accumulators' traffic (split_us), so the FP8 picks split K less.
+# measured 0.926x torch._scaled_mm in geomean (per M 0.945 / 0.879 / 0.984 / 0.899), the ranking's
+# picks before it 0.866x, the 16-bit MidModel's rates (not fitted on these data) 0.903x, the best
+# MidModel candidate per shape 0.977x. Mostly a split-K reduction's cost: the K slices' fp32
+# partials add to the promoted accumulators' traffic (split_us), so the FP8 picks split K less.
+# Its domain is what was measured: one batch, no gated epilogue.
 FP8_MID_MODEL = MidModel(mac_per_us=5.0e6, sm_gbps=95.0, narrow_efficiency=0.55, split_us=40.0, wave_us=9.0,
                          min_m=128, max_m=512)
 
@@ -268,10 +268,14 @@ MID_MODELS = {"16bit": MID_MODEL, "fp8_precise": FP8_MID_MODEL}
 def mid_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, model: Optional[MidModel] = None
                ) -> Optional[GemmConfig]:
     """sm90a, an operand class with a fitted model (``MID_MODELS``: 16-bit operands, or precise
-    FP8 e4m3 with 16-bit out), model.min_m <= M <= model.max_m: the candidate the
+    FP8 e4m3 with 16-bit out, one batch and no gated epilogue), model.min_m <= M <= model.max_m
+    (``model``: that class's unless given): the candidate the
     :class:`MidModel` ranks fastest among those that fit the problem and ``epilogue``; else None."""
-    model = model or MID_MODELS.get(operand_class(problem))
-    if problem.arch != "sm90a" or model is None or not (model.min_m <= problem.m <= model.max_m):
+    kind = operand_class(problem)
+    if kind == "fp8_precise" and (problem.batch != 1 or (epilogue is not None and epilogue.gated)):
+        kind = None  # (measured: one batch, plain epilogues)
+    model = model or MID_MODELS.get(kind)
+    if problem.arch != "sm90a" or kind is None or model is None or not (model.min_m <= problem.m <= model.max_m):
         return None
     ranked = sorted(model.candidates(), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
     return next((c for c in ranked if fits(c, problem, epilogue)), None)

@@ -131,7 +131,14 @@ def test_mid_choice_where_measured():
     pick = mid_choice(fp8, epilogue=scales)
     assert pick in MidModel.candidates() and fits(pick, fp8, scales)
     assert pick == mid_choice(fp8, epilogue=scales, model=FP8_MID_MODEL) == default_config(fp8, epilogue=scales)
+    # its own model, not the 16-bit one: they differ on a long-K projection at 128 tokens
+    long_k = prob(128, 4096, 14336, dtype="float8_e4m3fn")
+    assert mid_choice(long_k, epilogue=scales) == mid_choice(long_k, epilogue=scales, model=FP8_MID_MODEL)
+    assert mid_choice(long_k, epilogue=scales) != mid_choice(long_k, epilogue=scales, model=MID_MODEL)
+    # outside what was measured: few tokens, batches, a gated epilogue
     assert mid_choice(prob(96, 8192, 8192, dtype="float8_e4m3fn")) is None
+    assert mid_choice(prob(256, 8192, 8192, dtype="float8_e4m3fn", batch=2)) is None
+    assert mid_choice(prob(256, 8192, 8192, dtype="float8_e4m3fn"), epilogue=EpilogueSpec(gated="silu")) is None
     assert mid_choice(GemmProblem(256, 8192, 8192, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a",
                                   fast_accum=True)) is None
     assert mid_choice(GemmProblem(256, 8192, 8192, 1, "float8_e5m2", "bfloat16", "k", "k", "sm90a",
