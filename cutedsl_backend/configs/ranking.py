@@ -83,6 +83,7 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
         clusters = family(problem.arch).gated_ranked_clusters
         cands = [c for c in cands if fits(c, problem, epilogue)
                  and (clusters is None or (c.cluster_m, c.cluster_n) in clusters)]
+    cands = list(dict.fromkeys(cands))  # an inserted pick is also in the space: once, where it ranks first
     return cands[:top_k] if top_k else cands
 
 

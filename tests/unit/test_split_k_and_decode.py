@@ -150,3 +150,15 @@ def test_mid_choice_where_measured():
     assert MID_MODEL.time_us(prob(256, 8192, 16384), c, 132) > MID_MODEL.time_us(p, c, 132)
     spec = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=False, activation="gelu")
     check_config(mid_choice(p, epilogue=spec), p, spec)
+
+
+def test_ranking_lists_each_config_once():
+    """The decode / mid-size / swap picks are inserted at the front of the ranked space, which may
+    hold them too: each config appears once (the Inductor autotune benchmarks the top few)."""
+    from cutedsl_backend.configs import rank_configs
+
+    for p, spec in ((prob(192, 8192, 8192), None), (prob(256, 8192, 8192, dtype="float8_e4m3fn"),
+                                                     EpilogueSpec(scale_a="scalar", scale_b="scalar")),
+                    (prob(128, 2 * 4096, 4096), EpilogueSpec(gated="silu")), (prob(16, 4096, 4096), None)):
+        ranked = rank_configs(p, epilogue=spec)
+        assert ranked and len(ranked) == len(set(ranked)), p.describe()
