@@ -275,7 +275,7 @@ def mid_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, model: O
     kind = operand_class(problem)
     if kind == "fp8_precise" and (problem.batch != 1 or (epilogue is not None and epilogue.gated)):
         kind = None  # (measured: one batch, plain epilogues)
-    model = model or MID_MODELS.get(kind)
+    model = model or (MID_MODELS.get(kind) if kind is not None else None)
     if problem.arch != "sm90a" or kind is None or model is None or not (model.min_m <= problem.m <= model.max_m):
         return None
     ranked = sorted(model.candidates(), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
