@@ -232,6 +232,8 @@ class MidModel:
     wave_us: float = 5.0
     min_m: int = 65
     max_m: int = 512
+    # its domain beyond M: batched problems and the gated epilogue too, or one batch, plain epilogues
+    batched_and_gated: bool = True
 
     def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
         eff = dict(((s, m), e) for s, m, e in self.efficiency)[(cfg.schedule, cfg.tile_m)]
@@ -260,7 +262,7 @@ MID_MODEL = MidModel()
 # partials add to the promoted accumulators' traffic (split_us), so the FP8 picks split K less.
 # Its domain is what was measured: one batch, no gated epilogue.
 FP8_MID_MODEL = MidModel(mac_per_us=5.0e6, sm_gbps=95.0, narrow_efficiency=0.55, split_us=40.0, wave_us=9.0,
-                         min_m=128, max_m=512)
+                         min_m=128, max_m=512, batched_and_gated=False)
 
 # the operand classes (operand_class) whose few-hundred-token configs a fitted model picks
 MID_MODELS = {"16bit": MID_MODEL, "fp8_precise": FP8_MID_MODEL}
@@ -269,14 +271,15 @@ MID_MODELS = {"16bit": MID_MODEL, "fp8_precise": FP8_MID_MODEL}
 def mid_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, model: Optional[MidModel] = None
                ) -> Optional[GemmConfig]:
     """sm90a, an operand class with a fitted model (``MID_MODELS``: 16-bit operands, or precise
-    FP8 e4m3 with 16-bit out, one batch and no gated epilogue), model.min_m <= M <= model.max_m
-    (``model``: that class's unless given): the candidate the
+    FP8 e4m3 with 16-bit out), model.min_m <= M <= model.max_m, and one batch and no gated epilogue
+    where the model was measured on those only (``batched_and_gated``; ``model``: the operand
+    class's unless given): the candidate the
     :class:`MidModel` ranks fastest among those that fit the problem and ``epilogue``; else None."""
     kind = operand_class(problem)
-    if kind == "fp8_precise" and (problem.batch != 1 or (epilogue is not None and epilogue.gated)):
-        kind = None  # (measured: one batch, plain epilogues)
     model = model or (MID_MODELS.get(kind) if kind is not None else None)
     if problem.arch != "sm90a" or kind is None or model is None or not (model.min_m <= problem.m <= model.max_m):
+        return None
+    if not model.batched_and_gated and (problem.batch != 1 or (epilogue is not None and epilogue.gated)):
         return None
     ranked = sorted(model.candidates(), key=lambda c: (model.time_us(problem, c, num_sms), c.name))
     return next((c for c in ranked if fits(c, problem, epilogue)), None)

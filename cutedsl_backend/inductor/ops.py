@@ -68,6 +68,15 @@ def config_for_call(kernel_config: str, rows: int) -> Optional[GemmConfig]:
     return config
 
 
+@functools.cache
+def _eager_api():
+    """The eager API module, imported at the first call (it loads after these ops are defined)
+    rather than by an import statement on every call of the op."""
+    from .. import ops
+
+    return ops
+
+
 def _eager_call(kind: tuple):
     """The op's CUDA function for signature ``kind`` (the op's arguments): the eager call with
     the tensors in their roles (positions worked out once, not per call) and the config the
@@ -77,8 +86,7 @@ def _eager_call(kind: tuple):
     i_res = 2 + 2 * scaled + has_bias if has_res else None
 
     def call(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
-        from .. import ops as eager  # (not at import: the ops are defined before the eager path loads)
-
+        eager = _eager_api()
         a, b = args[0], args[1]
         config = config_for_call(kernel_config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
         bias = args[i_bias] if has_bias else None
@@ -164,7 +172,7 @@ def cuda_or_op(run, op):
 def direct(kind: tuple):
     """The op of signature ``kind`` as the extern kernels Inductor's generated code and autotune
     benchmarks call (:func:`cuda_or_op`)."""
-    return cuda_or_op(_eager_call(kind), _OVERLOADS[kind])
+    return cuda_or_op(_CUDA_CALLS[kind], _OVERLOADS[kind])
 
 
 def _define(kind: tuple) -> None:
@@ -174,16 +182,16 @@ def _define(kind: tuple) -> None:
     _LIB.define(f"{name}({', '.join('Tensor ' + t for t in tensors)}, *, {_SCALAR_ARGS}) -> Tensor",
                 tags=(torch.Tag.pt2_compliant_tag,))
 
-    impl = _eager_call(kind)
-
     def fake(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
         return _fake(kind, args[0], args[1], args[2:], activation, alpha, beta, out_dtype, fast_accum,
                      kernel_config)
 
-    _LIB.impl(name, impl, "CUDA")
+    _LIB.impl(name, _CUDA_CALLS[kind], "CUDA")
     torch.library.register_fake(f"cutedsl::{name}", fake, lib=_LIB)
 
 
+# each signature's CUDA function, built once: the op's CUDA kernel and the extern kernels' direct call
+_CUDA_CALLS = {kind: _eager_call(kind) for kind in SIGNATURES}
 for _kind in SIGNATURES:
     _define(_kind)
 _OVERLOADS = {kind: getattr(torch.ops.cutedsl, op_name(*kind)).default for kind in SIGNATURES}
