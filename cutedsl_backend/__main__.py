@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 
@@ -83,6 +84,15 @@ def main(argv=None) -> int:
                     help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
                     "fp32 accumulation, or fast accumulation on both sides)")
     sd.add_argument("--json", help="write the rows here")
+    ct = sub.add_parser("config-table", help="a measured config table (configs/tables/) for one GPU model from "
+                        "sweep-decode --json files of bf16 sweeps run on it")
+    ct.add_argument("sweeps", nargs="+", help="sweep-decode --json files")
+    ct.add_argument("--gpu", required=True,
+                    help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')
+    ct.add_argument("--source", required=True, help="the commands and code version that produced the sweeps")
+    ct.add_argument("--min-gain", type=float, default=0.03,
+                    help="keep an entry only where the fastest config beat the models' pick by more than this")
+    ct.add_argument("-o", "--out", required=True, help="the table's JSON file")
     sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
                         "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")
     sg.add_argument("--ms", default="16,128,512,2048,4096", help="token counts (comma-separated)")
@@ -201,6 +211,20 @@ def main(argv=None) -> int:
         save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space,
                           models=args.models.split(",") if args.models else None, dtype=args.dtype,
                           checkpoint=save))
+        return 0
+    if args.cmd == "config-table":
+        from .configs.measured import table_from_sweeps
+
+        rows = [row for path in args.sweeps for row in json.loads(open(path).read())]
+        table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
+        with open(args.out, "w") as f:
+            json.dump(table.to_json(), f, indent=1)
+            f.write("\n")
+        chosen = [e for e in table.entries if e.config is not None]
+        gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
+        gain = math.exp(sum(map(math.log, gains)) / len(gains)) if gains else 1.0
+        print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
+              f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
         return 0
     if args.cmd == "sweep-gated":
         from .validation.tuning_sweeps import sweep_gated

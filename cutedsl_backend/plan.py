@@ -6,6 +6,7 @@ output is staged), made once per geometry and per thread, then filled per call a
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Optional
@@ -29,6 +30,19 @@ from .operands import (
 )
 from .problem import GemmProblem, UnsupportedGemmError, byte_span
 from .workspace import SplitKWorkspaces
+
+
+@functools.lru_cache(None)
+def _gpu_model(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def gpu_model(device) -> Optional[str]:
+    """The GPU model name (torch.cuda.get_device_name) the measured config tables are keyed by;
+    None off CUDA or without a GPU (fake CUDA tensors in CPU tests)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return _gpu_model(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def epilogue_key(bias, residual, activation, scale_a, scale_b):
@@ -173,13 +187,14 @@ def planned(problem: GemmProblem, config, a3, b3, out3, result_shape, device, ep
     from .compiler import get_kernel
     from .configs import default_config
 
-    cfg = config or default_config(problem, epilogue=epi.spec)
+    gpu = gpu_model(device) if config is None else None
+    cfg = config or default_config(problem, epilogue=epi.spec, gpu=gpu)
     if cfg.swap_ab and config is None and not tma_writable(out3):
         # the dispatcher's swap-AB pick stores straight into out^T, which this `out` cannot take
         # (rows not 16-byte aligned): the best unswapped config stages it instead
         from .configs import rank_configs
 
-        cfg = next(c for c in rank_configs(problem, epilogue=epi.spec) if not c.swap_ab)
+        cfg = next(c for c in rank_configs(problem, epilogue=epi.spec, gpu=gpu) if not c.swap_ab)
     if cfg.swap_ab:
         kproblem, ka3, kb3, kout3, kepi = swapped_view(problem, a3, b3, out3, epi, epi_args, device)
         return Plan(kproblem, get_kernel(kproblem, cfg, kepi.spec), ka3, kb3, kout3, result_shape, device, kepi,

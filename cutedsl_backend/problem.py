@@ -413,3 +413,15 @@ def byte_span(shape, strides, itemsize: int) -> int:
 def ranges_overlap(a_start: int, a_bytes: int, b_start: int, b_bytes: int) -> bool:
     """True if the byte ranges [start, start + bytes) intersect (empty ranges never do)."""
     return a_bytes > 0 and b_bytes > 0 and a_start < b_start + b_bytes and b_start < a_start + a_bytes
+
+
+def operand_class(problem: GemmProblem) -> Optional[str]:
+    """The operand class a fitted model is keyed by: "16bit" (bf16/fp16 operands), "fp8_precise"
+    (e4m3 x e4m3, every k-tile added in fp32 as torch._scaled_mm does by default, 16-bit out),
+    "fp8_fast" (the same with fast accumulation); None for the rest."""
+    if dtype_bits(problem.dtype) == 16:
+        return "16bit"
+    if (problem.dtype == "float8_e4m3fn" and problem.b_dtype in (None, "float8_e4m3fn")
+            and dtype_bits(problem.out_dtype) == 16):
+        return "fp8_fast" if problem.fast_accum else "fp8_precise"
+    return None

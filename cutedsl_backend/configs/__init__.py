@@ -12,6 +12,7 @@ candidates cheaply. The kernel classes read a :class:`GemmConfig`; nothing else 
   rules.py      check_config: shared rules, the family's, shared memory
   ranking.py    heuristic, wide tile, decode, mid-size and swap-AB cost models, default_config
   tuning.py     measured overrides as typed data with their reasons
+  measured.py   per-GPU measured config tables for known projections (data in tables/)
 """
 
 from .config import MAX_SPLITS, RASTERS, SCHEDULES, GemmConfig, natural_tile_k

@@ -9,9 +9,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits
+from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_class
 from .config import GemmConfig, natural_tile_k
 from .families import family
+from .measured import MEASURED
 from .resources import launch_tiles, promoted_acc_copies
 from .rules import fits, valid_configs
 from .tuning import tuned_choice
@@ -46,19 +47,21 @@ def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -
 
 
 @functools.lru_cache(maxsize=4096)
-def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None) -> GemmConfig:
-    """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec): a measured override, else the
-    heuristic's best (see :func:`heuristic_score`); memoized."""
-    ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue)
+def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None, gpu: Optional[str] = None) -> GemmConfig:
+    """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec) on GPU model ``gpu`` (None:
+    unknown): a measured table's entry or override, else the models' and heuristic's best (see
+    :func:`rank_configs`); memoized."""
+    ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue, gpu=gpu)
     if not ranked:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     return ranked[0]
 
 
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
-                 epilogue=None) -> list[GemmConfig]:
-    """Valid configs for ``problem`` sorted by the heuristic, best first (measured overrides for
-    the problem and its ``epilogue`` first)."""
+                 epilogue=None, gpu: Optional[str] = None) -> list[GemmConfig]:
+    """Valid configs for ``problem`` sorted by the heuristic, best first, after the fitted models'
+    picks (few-token, mid-size, swap-AB), the measured overrides (configs.tuning) and, first, the
+    measured table's entry for GPU model ``gpu`` (configs.measured), where they apply."""
     cands = [c for c in valid_configs(problem) if epilogue is None or fits(c, problem, epilogue)]
     tuned = tuned_choice(problem, epilogue)
     # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
@@ -77,6 +80,9 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     swap = swap_choice(problem, num_sms, epilogue, cands[0] if cands else None) if tuned is None else None
     if swap is not None:
         cands.insert(0, swap)
+    measured = MEASURED.choice(problem, gpu, epilogue)
+    if measured is not None:
+        cands.insert(0, measured)
     if epilogue is not None and getattr(epilogue, "gated", None):
         # the choices inserted above were ranked for a plain epilogue: keep those the gated one
         # takes, on the clusters its family offers it
@@ -194,18 +200,6 @@ def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int,
         model.hbm_tbps * 1e6)
     return max(waves * (max(mma, loads) * unit_factor) + model.split_us * (cfg.splits > 1) + model.wave_us * waves,
                hbm)
-
-
-def operand_class(problem: GemmProblem) -> Optional[str]:
-    """The operand class a fitted model is keyed by: "16bit" (bf16/fp16 operands), "fp8_precise"
-    (e4m3 x e4m3, every k-tile added in fp32 as torch._scaled_mm does by default, 16-bit out),
-    "fp8_fast" (the same with fast accumulation); None for the rest."""
-    if dtype_bits(problem.dtype) == 16:
-        return "16bit"
-    if (problem.dtype == "float8_e4m3fn" and problem.b_dtype in (None, "float8_e4m3fn")
-            and dtype_bits(problem.out_dtype) == 16):
-        return "fp8_fast" if problem.fast_accum else "fp8_precise"
-    return None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 from torch._inductor.choices import InductorChoices
 
 from .. import compiler
+from ..plan import gpu_model
 from ..problem import dtype_name
 from . import decisions, ops
 from .eligibility import DISPATCH, Offer, Sizes, check_gemm, num_sms, offer_or_reason, operand_from_ir
@@ -122,7 +123,8 @@ def offer_for(what: str, tensors: dict, to_operand, device, sizes: Sizes, *, out
         return check_gemm(t["a"], t["b"], arch=device_arch(device), sizes=sizes,
                           out_dtype=dtype_name(out_dtype) if out_dtype is not None else None, bias=t.get("bias"),
                           residual=t.get("residual"), scale_a=t.get("scale_a"), scale_b=t.get("scale_b"),
-                          activation=activation, fast_accum=fast_accum, top_k=STATE.top_k, num_sms=num_sms(device))
+                          activation=activation, fast_accum=fast_accum, top_k=STATE.top_k, num_sms=num_sms(device),
+                          gpu=gpu_model(device))
 
     return offer_or_reason(what, check)
 

@@ -47,6 +47,7 @@ class Offer:
     epilogue: EpilogueSpec
     configs: tuple  # GemmConfig, best first
     dynamic: bool = False
+    gpu: Optional[str] = None  # the GPU model (configs.measured tables are per model)
 
     def dispatch_buckets(self) -> list:
         """(problem, config) of each config the per-call dispatcher picks over the token range (M
@@ -60,7 +61,7 @@ class Offer:
         for m in DISPATCH_BUCKETS_M:
             problem = dataclasses.replace(self.problem, m=m)
             try:
-                picks.setdefault(default_config(problem, epilogue=self.epilogue), problem)
+                picks.setdefault(default_config(problem, epilogue=self.epilogue, gpu=self.gpu), problem)
             except UnsupportedGemmError:
                 continue
         return [(problem, cfg) for cfg, problem in picks.items()]
@@ -101,9 +102,10 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
                bias: Optional[Operand] = None, residual: Optional[Operand] = None,
                scale_a: Optional[Operand] = None, scale_b: Optional[Operand] = None,
                activation: Optional[str] = None, fast_accum: bool = False, top_k: int = 3,
-               num_sms: int = 132) -> Offer:
+               num_sms: int = 132, gpu: Optional[str] = None) -> Offer:
     """The offer for ``activation(scale_a*scale_b*(a @ b) + bias + residual)`` (``out_dtype``: None
-    means a's dtype, bf16 for fp8); raises UnsupportedGemmError naming the rule it breaks."""
+    means a's dtype, bf16 for fp8) on GPU model ``gpu`` (its measured config table, if any);
+    raises UnsupportedGemmError naming the rule it breaks."""
     if a.dim != b.dim or a.dim not in (2, 3):
         raise UnsupportedGemmError(f"shape: a is {a.dim}-D and b {b.dim}-D (2-D @ 2-D or 3-D @ 3-D)")
     d, bd = dtype_name(a.dtype), dtype_name(b.dtype)
@@ -151,11 +153,11 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
                         residual=residual is not None, residual_dtype=res_dtype or "float32",
                         residual_aligned=res_aligned, scale_a=sa,
                         scale_b=sb)
-    configs = diverse(rank_configs(problem, num_sms=num_sms, epilogue=spec), top_k)
+    configs = diverse(rank_configs(problem, num_sms=num_sms, epilogue=spec, gpu=gpu), top_k)
     if not configs:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
-    return Offer(problem, spec, tuple(configs), dynamic=not all(sizes.is_static(x) for x in extents))
+    return Offer(problem, spec, tuple(configs), dynamic=not all(sizes.is_static(x) for x in extents), gpu=gpu)
 
 
 def _residual_broadcast(residual: Operand, a: Operand, m, sizes: Sizes) -> bool:

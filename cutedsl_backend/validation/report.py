@@ -227,6 +227,13 @@ def perf_markdown(perf: dict) -> list:
         out.append(f"| {dtype} | {v['cells']} | {fmt(v['geomean'])} | {fmt(v['geomean_m_le_64'])} | "
                    f"{fmt(v['geomean_m_65_1023'])} | {fmt(v['geomean_m_ge_1024'])} | {v['worst']['ratio']:.3f} "
                    f"({v['worst']['cell']}) | {v['below_gate']} | {v['wrong']} |")
+    served = {d: v for d, v in (perf.get("summary") or {}).items() if v.get("table_cells")}
+    if served:
+        out += ["", "Cells whose config came from this GPU's measured config table (`configs/tables/`: measured on "
+                "these projections, so in sample) and the rest (the cost models):", "",
+                "| dtype | table cells | geomean | other cells | geomean |", "|---|---|---|---|---|"]
+        out += [f"| {d} | {v['table_cells']} | {fmt(v['geomean_table'])} | {v['cells'] - v['table_cells']} | "
+                f"{fmt(v['geomean_models'])} |" for d, v in served.items()]
     rows = [r for r in perf.get("results", []) if "ratio" in r]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         sel = [r for r in rows if r["dtype"] == dtype]

@@ -158,7 +158,7 @@ def run_cell(dtype: str, proj, m: int) -> dict:
     row["peer_tflops"] = 2 * m * n * k / (timing["peer_ms"] * 1e9)
     row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
     row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
-    row["config"] = _config_name(dtype, m, n, k)
+    row["config"], row["config_source"] = _config_choice(dtype, m, n, k)
     if not row["correct"]:
         row.update(status="fail", reason=f"wrong result: {check}")
     elif timing["ratio"] < MIN_CELL_RATIO:
@@ -168,20 +168,28 @@ def run_cell(dtype: str, proj, m: int) -> dict:
     return row
 
 
-def _config_name(dtype: str, m: int, n: int, k: int) -> str:
+def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> tuple:
+    """The config a cell runs and where the choice came from: "measured table" (this GPU model's
+    entry for the projection, configs.measured) or "models" (the ranking's cost models)."""
     from ..configs import default_config
+    from ..configs.measured import MEASURED
+    from ..epilogue import EpilogueSpec
     from ..problem import make_problem
 
-    if dtype.startswith("gated"):
-        from ..epilogue import EpilogueSpec
+    if gpu is None:
+        import torch
 
+        gpu = torch.cuda.get_device_name()
+    spec = None
+    if dtype.startswith("gated"):
         p = make_problem(m, n, k, dtype="bfloat16", b_major="k")
-        return default_config(p, epilogue=EpilogueSpec(gated="silu")).name
-    if dtype.startswith("fp8"):
+        spec = EpilogueSpec(gated="silu")
+    elif dtype.startswith("fp8"):
         p = make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
     else:
         p = make_problem(m, n, k, dtype=dtype, b_major="k")
-    return default_config(p).name
+    cfg = default_config(p, epilogue=spec, gpu=gpu)
+    return cfg.name, "measured table" if MEASURED.choice(p, gpu, spec) == cfg else "models"
 
 
 def summarize(rows: list) -> dict:
@@ -205,6 +213,11 @@ def summarize(rows: list) -> dict:
             "worst": {"ratio": worst["ratio"], "cell": f"{worst['model']} {worst['projection']} M={worst['m']}"},
             "below_gate": sum(r["ratio"] < MIN_CELL_RATIO for r in ran),
             "wrong": sum(not r.get("correct", True) for r in ran),
+            # cells whose config came from this GPU's measured table (the projections it was
+            # measured on: in-sample), and the rest (the cost models)
+            "table_cells": sum(r.get("config_source") == "measured table" for r in ran),
+            "geomean_table": geo([r for r in ran if r.get("config_source") == "measured table"]),
+            "geomean_models": geo([r for r in ran if r.get("config_source") != "measured table"]),
         }
     return out
 

@@ -205,7 +205,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     or "fp8_tensorwise_fast" (the same with fast accumulation, on both sides; peer:
     torch._scaled_mm). Logs per shape the default pick's speed
     against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}
-    (also given to ``checkpoint``, if set, after each row)."""
+    (also given to ``checkpoint``, if set, after each row). ``pick`` is the cost models' choice (no
+    measured table: the tables, configs.measured, are made from these rows)."""
     import torch
 
     import cutedsl_backend as cb

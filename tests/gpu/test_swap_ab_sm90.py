@@ -99,17 +99,24 @@ def test_swap_ab_refusals_name_the_rule():
 def test_dispatched_swap_ab(m):
     """The dispatcher's own swap-AB picks (config=None, nn.Linear layout) over token counts that are
     not tile multiples, plain and with bias + activation, and the fallback to an unswapped config
-    when ``out``'s rows cannot take the swapped store (row stride not 16-byte aligned)."""
+    when ``out``'s rows cannot take the swapped store (row stride not 16-byte aligned). N is no
+    model's projection, so no measured config table (configs.measured) stands in for the models."""
     from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.measured import MEASURED
+    from cutedsl_backend.plan import PLANS
     from cutedsl_backend.problem import GemmProblem
 
-    N, K = 3584, 14336
-    assert default_config(GemmProblem(m, N, K, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")).swap_ab
+    N, K = 3712, 14336
+    problem = GemmProblem(m, N, K, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    assert default_config(problem).swap_ab
+    assert MEASURED.choice(problem, torch.cuda.get_device_name()) is None
     a, b, g = operands(1, m, N, K, torch.bfloat16, "k", "k", seed=SEED + m)
     bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
     exact = a[0].double() @ b[0].double()
     out = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    PLANS.clear()
     cb.gemm(a[0], b[0], out=out)
+    assert PLANS.newest().swap  # the call ran the swapped kernel
     assert compare(out, exact, "bfloat16", K)["ok"]
     out.fill_(float("nan"))
     cb.gemm(a[0], b[0], bias=bias, activation="silu", out=out)

@@ -140,10 +140,11 @@ def test_the_gated_mlp_sweep_covers_the_gate_up_projections():
     """gated_silu cells: the models' gate_up projections only (N = 2 x intermediate), whose output
     is N / 2 wide (half the output bytes), with a gated config named for the report."""
     from cutedsl_backend.validation.model_shapes import operand_bytes, sweep_cells
-    from cutedsl_backend.validation.shape_sweep import _config_name
+    from cutedsl_backend.validation.shape_sweep import _config_choice
 
     cells = [c for c in sweep_cells("standard") if c[0] == "gated_silu"]
     assert cells and all("gate_up" in proj.name for _, proj, _ in cells)
     assert {proj.model for _, proj, _ in cells} >= {"llama3-8b", "qwen2.5-7b", "deepseek-v3"}
     assert operand_bytes(16, 28672, 4096, "gated_silu") == operand_bytes(16, 28672, 4096, "bfloat16") - 16 * 28672
-    assert _config_name("gated_silu", 16, 28672, 4096).startswith("sm90a_")
+    name, source = _config_choice("gated_silu", 16, 28672, 4096, gpu="NVIDIA H200")
+    assert name.startswith("sm90a_") and source == "models"  # no measured table takes a gated epilogue

@@ -1,0 +1,190 @@
+"""Measured config tables: per GPU model, the config that ran fastest for a known projection
+(N, K) at a measured token count M, from a candidate sweep on that GPU.
+
+A cost model ranks configs for any shape; for the projections models actually run it leaves
+5-15% on the table at a few hundred tokens (where wave quantization and the per-tile prologue
+decide most of the time). A table records what the sweep measured instead, for its GPU only:
+per projection and measured M, the fastest config, or none where the models' pick was within
+noise of it. A runtime M is served by the measurement at the nearest measured M (log scale,
+within a factor sqrt(2)), and only where that config partitions the token dimension exactly as
+there (the same number of tiles along it): same tiles, same waves, only the last tile's fill
+differs. (Tile count alone is not enough: a config measured at 256 tokens also has one tile at
+16, where the problem is bandwidth-bound and another config wins.) Anything else - another GPU,
+projection, layout, batch or operand class, an M far from every measured one - falls back to
+the ranking's models.
+
+Tables are JSON files in ``configs/tables/``, made by ``python -m cutedsl_backend config-table``
+from ``sweep-decode --json`` rows, each carrying the commands that produced it. Pure Python.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..problem import GemmProblem, operand_class
+from .config import GemmConfig
+from .rules import fits, is_valid
+
+TABLE_DIR = Path(__file__).with_name("tables")
+TABLE_SCHEMA = 2
+# the farthest a runtime M may be from the measured one serving it (a ratio)
+MAX_M_RATIO = math.sqrt(2)
+# sweep-decode's --dtype -> the operand class (problem.operand_class) its rows measure
+SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_tensorwise_fast": "fp8_fast"}
+
+
+def token_tiles(config: GemmConfig, m: int) -> int:
+    """How many tiles (cluster-wide) ``config`` spends along the token dimension M: the kernel's
+    N for a swap-AB config (it computes out^T), its M otherwise."""
+    along = config.tile_n * config.cluster_n if config.swap_ab else config.tile_m * config.cluster_m
+    return math.ceil(m / along)
+
+
+@dataclass(frozen=True)
+class MeasuredEntry:
+    """The fastest config measured for (n, k) at m tokens, None where the models' pick was as fast
+    (within the table's noise margin); ``ms`` the fastest time, ``peer_ms`` the peer's in the
+    same run, ``model_ms`` the time of the pick the models made then."""
+
+    n: int
+    k: int
+    m: int
+    config: Optional[GemmConfig]
+    ms: float
+    peer_ms: float
+    model_ms: float
+
+
+@dataclass(frozen=True)
+class MeasuredTable:
+    """Entries measured on one GPU model (``gpu``, as torch.cuda.get_device_name reports it) for
+    one operand class (problem.operand_class) on the measured layout: nn.Linear (A and B K-major),
+    one batch, the output in the input dtype (16-bit) or bf16 (fp8, with scalar scales).
+    ``source``: the commands and code version behind the numbers."""
+
+    gpu: str
+    arch: str
+    operands: str
+    source: str
+    entries: tuple = ()
+    _by_nk: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        for e in self.entries:
+            self._by_nk.setdefault((e.n, e.k), []).append(e)
+
+    def covers(self, problem: GemmProblem) -> bool:
+        """Whether ``problem`` is of the class and layout the table was measured on."""
+        out_dtype = problem.dtype if self.operands == "16bit" else "bfloat16"
+        return (problem.arch == self.arch and operand_class(problem) == self.operands and problem.batch == 1
+                and problem.a_major == "k" and problem.b_major == "k" and problem.c_major == "n"
+                and problem.out_dtype == out_dtype and problem.b_dtype is None)
+
+    def entry(self, problem: GemmProblem, epilogue=None) -> Optional[MeasuredEntry]:
+        """The entry serving ``problem`` (see the module doc): the measurement at the nearest
+        measured M, if it names a config that has the same tiles along M there and takes this
+        problem and epilogue; else None. Never for a gated epilogue (its tiles pair columns;
+        measured separately) or fp8 scales other than scalars (not measured)."""
+        if epilogue is not None and (getattr(epilogue, "gated", None)
+                                     or {epilogue.scale_a, epilogue.scale_b} - {None, "scalar"}):
+            return None  # measured: plain epilogues, scalar fp8 scales
+        if not self.covers(problem):
+            return None
+        nearest = min(self._by_nk.get((problem.n, problem.k), ()),
+                      key=lambda e: (abs(math.log(problem.m / e.m)), e.m), default=None)
+        if nearest is None or nearest.config is None or max(problem.m / nearest.m, nearest.m / problem.m) > MAX_M_RATIO:
+            return None
+        config = nearest.config
+        if (token_tiles(config, problem.m) != token_tiles(config, nearest.m)
+                or not is_valid(config, problem.swapped() if config.swap_ab else problem)
+                or not fits(config, problem, epilogue)):
+            return None
+        return nearest
+
+    def choice(self, problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
+        e = self.entry(problem, epilogue)
+        return None if e is None else e.config
+
+    def to_json(self) -> dict:
+        return {"schema": TABLE_SCHEMA, "gpu": self.gpu, "arch": self.arch, "operands": self.operands,
+                "source": self.source,
+                "entries": [{"n": e.n, "k": e.k, "m": e.m, "config": e.config.name if e.config else None, "ms": e.ms,
+                             "peer_ms": e.peer_ms, "model_ms": e.model_ms} for e in self.entries]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "MeasuredTable":
+        if data.get("schema") != TABLE_SCHEMA:
+            raise ValueError(f"config table schema {data.get('schema')!r}, expected {TABLE_SCHEMA}")
+        entries = tuple(MeasuredEntry(e["n"], e["k"], e["m"], e["config"] and GemmConfig.from_name(e["config"]),
+                                      e["ms"], e["peer_ms"], e["model_ms"]) for e in data["entries"])
+        return cls(data["gpu"], data["arch"], data["operands"], data["source"], entries)
+
+
+def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "sm90a",
+                      min_gain: float = 0.03) -> MeasuredTable:
+    """A table from ``sweep-decode`` rows ({m, n, k, dtype, peer_ms, pick, times}) of one GPU and
+    one operand class (every row's dtype of the same class, :data:`SWEEP_OPERANDS`): per
+    (n, k, m) the fastest config where it beat the models' pick by more than ``min_gain``, else
+    none (a smaller gain is within the sweep's run-to-run noise: the models serve that M, as
+    measured). Rows of several sweeps for the same (n, k, m) are merged (every config's fastest
+    time)."""
+    rows = list(rows)
+    classes = {SWEEP_OPERANDS.get(row["dtype"]) for row in rows}
+    operands = next(iter(classes)) if len(classes) == 1 else None
+    if operands is None:
+        raise ValueError(f"a config table takes sweeps of one operand class ({sorted(SWEEP_OPERANDS)}); "
+                         f"these rows have dtypes {sorted({row['dtype'] for row in rows})}")
+    merged: dict = {}
+    for row in rows:
+        key = (row["n"], row["k"], row["m"])
+        slot = merged.setdefault(key, {"times": {}, "peer": [], "pick": row["pick"]})
+        for name, ms in row["times"].items():
+            slot["times"][name] = min(ms, slot["times"].get(name, math.inf))
+        slot["peer"].append(row["peer_ms"])
+        slot["pick"] = row["pick"]  # the last sweep's models (rows come in the order they ran)
+    entries = []
+    for (n, k, m), slot in sorted(merged.items()):
+        times = slot["times"]
+        best = min(times, key=lambda name: (times[name], name))
+        model_ms = times.get(slot["pick"], math.inf)
+        config = None if times[best] * (1 + min_gain) >= model_ms else GemmConfig.from_name(best)
+        peer = sorted(slot["peer"])[len(slot["peer"]) // 2]
+        entries.append(MeasuredEntry(n, k, m, config, times[best], peer,
+                                     model_ms if math.isfinite(model_ms) else -1.0))
+    return MeasuredTable(gpu, arch, operands, source, tuple(entries))
+
+
+class MeasuredTables:
+    """The tables shipped in ``configs/tables/``, loaded once, looked up by GPU model name."""
+
+    def __init__(self, directory: Path = TABLE_DIR):
+        self.directory = directory
+        self._tables: Optional[dict] = None
+
+    def _load(self) -> dict:
+        if self._tables is None:
+            tables: dict = {}
+            for path in sorted(self.directory.glob("*.json")):
+                table = MeasuredTable.from_json(json.loads(path.read_text()))
+                tables.setdefault(table.gpu, []).append(table)
+            self._tables = tables
+        return self._tables
+
+    def for_gpu(self, gpu: Optional[str]) -> tuple:
+        """The tables measured on GPU model ``gpu`` (none for None or an unmeasured model)."""
+        return tuple(self._load().get(gpu, ())) if gpu else ()
+
+    def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
+        """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""
+        for table in self.for_gpu(gpu):
+            config = table.choice(problem, epilogue)
+            if config is not None:
+                return config
+        return None
+
+
+MEASURED = MeasuredTables()

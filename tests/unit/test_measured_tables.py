@@ -1,0 +1,197 @@
+"""Measured config tables (configs.measured): which problems an entry serves, how a table is made
+from sweep rows, how the ranking uses it, and that the shipped tables hold valid configs."""
+
+import json
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, default_config, is_valid, rank_configs
+from cutedsl_backend.configs.measured import (
+    MEASURED,
+    MeasuredEntry,
+    MeasuredTable,
+    MeasuredTables,
+    table_from_sweeps,
+    token_tiles,
+)
+from cutedsl_backend.epilogue import EpilogueSpec
+from cutedsl_backend.problem import GemmProblem
+
+GPU = "NVIDIA Test GPU"
+SWAP = GemmConfig(64, 192, schedule="pingpong", swap_ab=True)
+COOP = GemmConfig(128, 192, cluster_n=2)
+
+
+def linear(m, n=3584, k=3584, batch=1):
+    return GemmProblem(m, n, k, batch, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+
+def table(*entries, gpu=GPU):
+    return MeasuredTable(gpu, "sm90a", "16bit", "unit test", tuple(entries))
+
+
+def entry(m, config, n=3584, k=3584):
+    return MeasuredEntry(n, k, m, config, 0.010, 0.011, 0.012)
+
+
+def test_token_tiles_count_along_the_token_dimension():
+    assert token_tiles(SWAP, 384) == 2 and token_tiles(SWAP, 385) == 3  # kernel N: 192 tokens a tile
+    assert token_tiles(COOP, 384) == 3 and token_tiles(GemmConfig(128, 128, cluster_m=2), 384) == 2
+
+
+def test_an_entry_serves_an_m_near_it_that_gives_its_config_the_same_tiles():
+    t = table(entry(384, COOP))
+    assert t.choice(linear(384)) == COOP
+    assert t.choice(linear(300)) == COOP  # 3 tiles of 128 rows, as at 384
+    assert t.choice(linear(256)) is None and t.choice(linear(385)) is None  # other tile counts
+    t = table(entry(384, SWAP))
+    assert t.choice(linear(300)) == SWAP and t.choice(linear(192)) is None
+
+
+def test_a_few_tokens_are_not_served_by_a_mid_size_measurement():
+    """A config measured at 128 tokens has one tile at 16 too, where the problem is bound by the
+    weights' bandwidth and the decode configs win (the H100 A/B measured such cells at 0.65-0.75x
+    cuBLAS against the models' ~1.0x): only M within sqrt(2) of a measured M."""
+    t = table(entry(128, GemmConfig(128, 128)))
+    assert t.choice(linear(128)) is not None and t.choice(linear(100)) is not None
+    assert t.choice(linear(64)) is None and t.choice(linear(16)) is None and t.choice(linear(1)) is None
+
+
+def test_the_nearest_measured_m_serves_and_a_kept_model_pick_blocks_farther_entries():
+    wide = GemmConfig(128, 256, schedule="cooperative", swap_ab=True)  # 256 tokens a tile
+    t = table(entry(256, wide), entry(192, SWAP))
+    assert t.choice(linear(192)) == SWAP
+    assert t.choice(linear(250)) == wide
+    assert t.choice(linear(150)) == SWAP  # 1 tile of 192 as at 192; nearer than 256
+    t = table(entry(128, None), entry(256, GemmConfig(128, 128, cluster_m=2)))
+    assert t.choice(linear(150)) is None  # nearest is 128, where the models' pick was kept
+    assert t.choice(linear(250)) == GemmConfig(128, 128, cluster_m=2)
+
+
+@pytest.mark.parametrize("problem", [
+    linear(384, n=4096),                                      # another projection
+    linear(384, batch=2),                                     # batched
+    GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "n", "sm90a"),  # B row-major
+    GemmProblem(384, 3584, 3584, 1, "bfloat16", "float32", "k", "k", "sm90a"),   # fp32 out
+    GemmProblem(384, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a"),  # another class
+    GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm100a"),  # another arch
+], ids=["projection", "batch", "layout", "out-dtype", "fp8", "arch"])
+def test_an_entry_serves_only_what_was_measured(problem):
+    assert table(entry(384, COOP)).choice(problem) is None
+
+
+def test_no_entry_for_a_gated_epilogue_or_one_its_config_cannot_take():
+    t = table(entry(384, SWAP))
+    assert t.choice(linear(384), EpilogueSpec(gated="silu")) is None
+    assert t.choice(linear(384), EpilogueSpec(residual=True)) is None  # a swapped output takes none
+    assert t.choice(linear(384), EpilogueSpec(bias="col", activation="silu")) == SWAP
+
+
+def _row(m, times, pick, n=3584, k=3584, peer=0.02):
+    return {"m": m, "n": n, "k": k, "dtype": "bfloat16", "peer_ms": peer, "pick": pick.name,
+            "times": {c.name: t for c, t in times.items()}}
+
+
+def test_a_table_names_the_fastest_config_where_it_beats_the_models_pick():
+    rows = [_row(384, {COOP: 0.010, SWAP: 0.012}, pick=SWAP),       # 20% faster than the pick: named
+            _row(512, {COOP: 0.0198, SWAP: 0.020}, pick=SWAP),      # 1% (noise): the models serve it
+            _row(256, {COOP: 0.020, SWAP: 0.010}, pick=SWAP)]       # the pick is fastest
+    t = table_from_sweeps(rows, GPU, "unit test")
+    assert [(e.m, e.config) for e in t.entries] == [(256, None), (384, COOP), (512, None)]
+    e = t.entries[1]
+    assert (e.ms, e.model_ms, e.peer_ms) == (0.010, 0.012, 0.02)
+
+
+def test_a_table_merges_sweeps_of_the_same_shape():
+    rows = [_row(384, {COOP: 0.013, SWAP: 0.012}, pick=SWAP, peer=0.02),
+            _row(384, {COOP: 0.010}, pick=SWAP, peer=0.03)]
+    (e,) = table_from_sweeps(rows, GPU, "unit test").entries
+    assert e.config == COOP and e.ms == 0.010 and e.model_ms == 0.012
+
+
+def test_a_table_takes_sweeps_of_one_operand_class():
+    row = _row(384, {COOP: 0.010}, pick=SWAP)
+    fp8 = {**row, "dtype": "fp8_tensorwise"}
+    with pytest.raises(ValueError, match="one operand class"):
+        table_from_sweeps([row, fp8], GPU, "unit test")
+    with pytest.raises(ValueError, match="one operand class"):
+        table_from_sweeps([{**row, "dtype": "float16"}], GPU, "unit test")
+    assert table_from_sweeps([fp8], GPU, "unit test").operands == "fp8_precise"
+
+
+def test_an_fp8_table_serves_e4m3_with_scalar_scales_to_bf16():
+    t = MeasuredTable(GPU, "sm90a", "fp8_precise", "unit test", (entry(384, COOP),))
+    fp8 = GemmProblem(384, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+    scalar, rowwise = EpilogueSpec(scale_a="scalar", scale_b="scalar"), EpilogueSpec(scale_a="row", scale_b="col")
+    assert t.choice(fp8, scalar) == COOP
+    assert t.choice(fp8, rowwise) is None  # not measured
+    assert t.choice(GemmProblem(384, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a",
+                                fast_accum=True), scalar) is None  # another class
+    assert t.choice(linear(384)) is None
+
+
+def test_json_round_trip_and_schema(tmp_path):
+    t = table(entry(384, COOP), entry(192, SWAP, n=4096, k=4096), entry(256, None))
+    assert MeasuredTable.from_json(json.loads(json.dumps(t.to_json()))) == t
+    with pytest.raises(ValueError, match="schema"):
+        MeasuredTable.from_json({**t.to_json(), "schema": 99})
+    (tmp_path / "t.json").write_text(json.dumps(t.to_json()))
+    tables = MeasuredTables(tmp_path)
+    assert tables.choice(linear(384), GPU) == COOP
+    assert tables.choice(linear(384), "NVIDIA Other") is None and tables.choice(linear(384), None) is None
+
+
+def test_the_ranking_puts_this_gpus_entry_first_and_only_there(tmp_path, monkeypatch):
+    problem = linear(384)
+    models_pick = default_config(problem)
+    other = next(c for c in rank_configs(problem) if c != models_pick and not c.swap_ab)
+    (tmp_path / "t.json").write_text(json.dumps(table(entry(384, other)).to_json()))
+    monkeypatch.setattr(MEASURED, "directory", tmp_path)
+    monkeypatch.setattr(MEASURED, "_tables", None)
+    default_config.cache_clear()
+    try:
+        assert rank_configs(problem, gpu=GPU)[0] == other
+        assert default_config(problem, gpu=GPU) == other
+        assert default_config(problem, gpu="NVIDIA Other") == models_pick
+        assert default_config(problem) == models_pick
+        ranked = rank_configs(problem, gpu=GPU)
+        assert len(ranked) == len(set(ranked))  # listed once
+    finally:
+        default_config.cache_clear()
+
+
+def test_the_shipped_tables_hold_valid_configs_and_say_how_they_were_made():
+    tables = [MeasuredTable.from_json(json.loads(p.read_text())) for p in sorted(MEASURED.directory.glob("*.json"))]
+    assert tables, "no shipped table"
+    for t in tables:
+        assert "sweep-decode" in t.source and "config-table" in t.source and t.gpu in t.source
+        assert any(e.config is not None for e in t.entries)
+        for e in t.entries:
+            dtype = "bfloat16" if t.operands == "16bit" else "float8_e4m3fn"
+            problem = GemmProblem(e.m, e.n, e.k, 1, dtype, "bfloat16", "k", "k", "sm90a")
+            assert t.covers(problem)
+            if e.config is None:
+                assert t.entry(problem) is None
+                continue
+            assert is_valid(e.config, problem.swapped() if e.config.swap_ab else problem), e
+            assert t.entry(problem) == e  # every entry serves at least its own M
+            assert e.ms * 1.03 < e.model_ms, e  # only where it beat the models' pick beyond noise
+        assert MEASURED.for_gpu(t.gpu)
+
+
+def test_the_report_says_which_cells_a_measured_table_served():
+    from cutedsl_backend.validation.report import perf_markdown
+    from cutedsl_backend.validation.shape_sweep import summarize
+
+    def cell(m, ratio, source):
+        return {"dtype": "bfloat16", "model": "m", "projection": "p", "n": 4096, "k": 4096, "m": m,
+                "ratio": ratio, "status": "pass", "correct": True, "config_source": source}
+
+    rows = [cell(256, 1.0, "measured table"), cell(512, 0.81, "models"), cell(1024, 0.9, "models")]
+    summary = summarize(rows)["bfloat16"]
+    assert summary["table_cells"] == 1 and summary["geomean_table"] == 1.0
+    assert abs(summary["geomean_models"] - (0.81 * 0.9) ** 0.5) < 1e-12
+    text = "\n".join(perf_markdown({"summary": {"bfloat16": summary}, "results": rows}))
+    assert "| bfloat16 | 1 | 1.000 | 2 | 0.854 |" in text
+    rows = [{**r, "config_source": "models"} for r in rows]
+    assert "measured config table" not in "\n".join(perf_markdown({"summary": summarize(rows), "results": rows}))
