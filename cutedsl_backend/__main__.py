@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                     "fp32 accumulation, or fast accumulation on both sides)")
     sd.add_argument("--json", help="write the rows here")
     ct = sub.add_parser("config-table", help="a measured config table (configs/tables/) for one GPU model from "
-                        "sweep-decode --json files of bf16 sweeps run on it")
+                        "sweep-decode --json files run on it (one operand class: bf16, or fp8 tensorwise)")
     ct.add_argument("sweeps", nargs="+", help="sweep-decode --json files")
     ct.add_argument("--gpu", required=True,
                     help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')

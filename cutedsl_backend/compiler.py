@@ -113,7 +113,8 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
                  a_major: str = "k", b_major: str = "n", out_dtype=None, b_dtype=None,
                  fast_accum: bool = False, config: Optional[GemmConfig] = None, epilogue=None,
                  use_cache: bool = True) -> CompiledGemm:
-    """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem.
+    """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem on a GPU
+    without a measured config table (``config=None``: the cost models' pick; configs.measured).
 
     - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
       (default) or float32. FP8: ``dtype`` float8_e4m3fn or float8_e5m2 for A, ``b_dtype`` for B

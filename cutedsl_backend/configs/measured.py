@@ -20,6 +20,7 @@ from ``sweep-decode --json`` rows, each carrying the commands that produced it. 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from ..problem import GemmProblem, operand_class
 from .config import GemmConfig
 from .rules import fits, is_valid
 
+log = logging.getLogger("cutedsl_backend.configs")
 TABLE_DIR = Path(__file__).with_name("tables")
 TABLE_SCHEMA = 2
 # the farthest a runtime M may be from the measured one serving it (a ratio)
@@ -63,7 +65,8 @@ class MeasuredEntry:
 class MeasuredTable:
     """Entries measured on one GPU model (``gpu``, as torch.cuda.get_device_name reports it) for
     one operand class (problem.operand_class) on the measured layout: nn.Linear (A and B K-major),
-    one batch, the output in the input dtype (16-bit) or bf16 (fp8, with scalar scales).
+    one batch, the output in the input dtype (16-bit) or bf16 (fp8, with scalar scales). A 16-bit
+    table is swept in bf16 and serves fp16 too (the same tensor-core rate and bytes).
     ``source``: the commands and code version behind the numbers."""
 
     gpu: str
@@ -87,12 +90,14 @@ class MeasuredTable:
     def entry(self, problem: GemmProblem, epilogue=None) -> Optional[MeasuredEntry]:
         """The entry serving ``problem`` (see the module doc): the measurement at the nearest
         measured M, if it names a config that has the same tiles along M there and takes this
-        problem and epilogue; else None. Never for a gated epilogue (its tiles pair columns;
-        measured separately) or fp8 scales other than scalars (not measured)."""
-        if epilogue is not None and (getattr(epilogue, "gated", None)
+        problem and epilogue; else None. The sweeps ran bare GEMMs (scalar scales for fp8): a
+        column bias and an activation are served too (a few percent on every config alike);
+        never a residual (its loads change which schedule wins: configs.tuning), a gated
+        epilogue (its tiles pair columns; measured separately) or fp8 scales other than scalars."""
+        if epilogue is not None and (getattr(epilogue, "gated", None) or epilogue.residual
                                      or {epilogue.scale_a, epilogue.scale_b} - {None, "scalar"}):
-            return None  # measured: plain epilogues, scalar fp8 scales
-        if not self.covers(problem):
+            return None
+        if problem.m <= 0 or not self.covers(problem):
             return None
         nearest = min(self._by_nk.get((problem.n, problem.k), ()),
                       key=lambda e: (abs(math.log(problem.m / e.m)), e.m), default=None)
@@ -169,7 +174,11 @@ class MeasuredTables:
         if self._tables is None:
             tables: dict = {}
             for path in sorted(self.directory.glob("*.json")):
-                table = MeasuredTable.from_json(json.loads(path.read_text()))
+                try:
+                    table = MeasuredTable.from_json(json.loads(path.read_text()))
+                except (OSError, ValueError, KeyError) as e:  # the models still rank every shape
+                    log.warning("cutedsl: measured config table %s not used: %s", path, e)
+                    continue
                 tables.setdefault(table.gpu, []).append(table)
             self._tables = tables
         return self._tables

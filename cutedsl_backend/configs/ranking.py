@@ -60,8 +60,8 @@ def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None, gpu:
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
                  epilogue=None, gpu: Optional[str] = None) -> list[GemmConfig]:
     """Valid configs for ``problem`` sorted by the heuristic, best first, after the fitted models'
-    picks (few-token, mid-size, swap-AB), the measured overrides (configs.tuning) and, first, the
-    measured table's entry for GPU model ``gpu`` (configs.measured), where they apply."""
+    picks (few-token, mid-size, swap-AB) and, first, a measured override (configs.tuning) or else
+    the measured table's entry for GPU model ``gpu`` (configs.measured), where they apply."""
     cands = [c for c in valid_configs(problem) if epilogue is None or fits(c, problem, epilogue)]
     tuned = tuned_choice(problem, epilogue)
     # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
@@ -80,7 +80,7 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     swap = swap_choice(problem, num_sms, epilogue, cands[0] if cands else None) if tuned is None else None
     if swap is not None:
         cands.insert(0, swap)
-    measured = MEASURED.choice(problem, gpu, epilogue)
+    measured = MEASURED.choice(problem, gpu, epilogue) if tuned is None else None
     if measured is not None:
         cands.insert(0, measured)
     if epilogue is not None and getattr(epilogue, "gated", None):

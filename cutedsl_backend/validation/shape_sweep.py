@@ -186,6 +186,8 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
         spec = EpilogueSpec(gated="silu")
     elif dtype.startswith("fp8"):
         p = make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
+        scales = ("row", "col") if dtype == "fp8_rowwise" else ("scalar", "scalar")
+        spec = EpilogueSpec(scale_a=scales[0], scale_b=scales[1])
     else:
         p = make_problem(m, n, k, dtype=dtype, b_major="k")
     cfg = default_config(p, epilogue=spec, gpu=gpu)

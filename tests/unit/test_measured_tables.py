@@ -74,17 +74,34 @@ def test_the_nearest_measured_m_serves_and_a_kept_model_pick_blocks_farther_entr
     GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "n", "sm90a"),  # B row-major
     GemmProblem(384, 3584, 3584, 1, "bfloat16", "float32", "k", "k", "sm90a"),   # fp32 out
     GemmProblem(384, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a"),  # another class
-    GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm100a"),  # another arch
-], ids=["projection", "batch", "layout", "out-dtype", "fp8", "arch"])
+    GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "m", "k", "sm90a"),  # A column-major
+    GemmProblem(384, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm90a", c_major="m"),  # out^T
+    GemmProblem(384, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a",
+                b_dtype="float8_e5m2"),                                        # an fp8 mix
+    GemmProblem(0, 3584, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"),  # empty
+], ids=["projection", "batch", "layout", "out-dtype", "fp8", "a-major", "c-major", "b-dtype", "empty"])
 def test_an_entry_serves_only_what_was_measured(problem):
     assert table(entry(384, COOP)).choice(problem) is None
 
 
-def test_no_entry_for_a_gated_epilogue_or_one_its_config_cannot_take():
+def test_a_table_serves_its_own_arch_only():
+    t = MeasuredTable(GPU, "sm100a", "16bit", "unit test", (entry(384, COOP),))
+    assert not t.covers(linear(384)) and t.choice(linear(384)) is None
+
+
+def test_no_entry_for_a_gated_epilogue_a_residual_or_one_its_config_cannot_take():
+    t = table(entry(384, COOP))
+    gated = EpilogueSpec(gated="silu")
+    from cutedsl_backend.configs import fits
+
+    assert fits(COOP, linear(384), gated)  # the config could run it: the table declines, not the rules
+    assert t.choice(linear(384), gated) is None
+    assert fits(COOP, linear(384), EpilogueSpec(residual=True))
+    assert t.choice(linear(384), EpilogueSpec(residual=True)) is None
+    assert t.choice(linear(384), EpilogueSpec(bias="col", activation="silu")) == COOP
     t = table(entry(384, SWAP))
-    assert t.choice(linear(384), EpilogueSpec(gated="silu")) is None
-    assert t.choice(linear(384), EpilogueSpec(residual=True)) is None  # a swapped output takes none
     assert t.choice(linear(384), EpilogueSpec(bias="col", activation="silu")) == SWAP
+
 
 
 def _row(m, times, pick, n=3584, k=3584, peer=0.02):
@@ -195,3 +212,45 @@ def test_the_report_says_which_cells_a_measured_table_served():
     assert "| bfloat16 | 1 | 1.000 | 2 | 0.854 |" in text
     rows = [{**r, "config_source": "models"} for r in rows]
     assert "measured config table" not in "\n".join(perf_markdown({"summary": summarize(rows), "results": rows}))
+
+
+def test_the_inductor_dispatch_buckets_take_this_gpus_entry(tmp_path, monkeypatch):
+    """A dynamic-M offer compiles ahead the kernel each token bucket dispatches to: with this
+    GPU's table, the entry's config at its bucket."""
+    from cutedsl_backend.inductor.eligibility import Offer
+
+    bucket = linear(256)
+    models_pick = default_config(bucket)
+    other = next(c for c in rank_configs(bucket) if c != models_pick and not c.swap_ab)
+    (tmp_path / "t.json").write_text(json.dumps(table(entry(256, other)).to_json()))
+    monkeypatch.setattr(MEASURED, "directory", tmp_path)
+    monkeypatch.setattr(MEASURED, "_tables", None)
+    default_config.cache_clear()
+    try:
+        def buckets(gpu):
+            offer = Offer(linear(4096), EpilogueSpec(), (models_pick,), dynamic=True, gpu=gpu)
+            return {p.m: cfg for p, cfg in offer.dispatch_buckets()}
+
+        assert other not in buckets(None).values()
+        assert other in buckets(GPU).values()
+    finally:
+        default_config.cache_clear()
+
+
+def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
+    (tmp_path / "bad.json").write_text('{"schema": 99}')
+    (tmp_path / "good.json").write_text(json.dumps(table(entry(384, COOP)).to_json()))
+    tables = MeasuredTables(tmp_path)
+    assert tables.choice(linear(384), GPU) == COOP
+    assert "bad.json" in caplog.text
+
+
+def test_the_report_names_a_table_only_for_the_cells_it_serves():
+    """fp8 rowwise cells run row/column scales, which no table serves: reported as the models'."""
+    from cutedsl_backend.validation.shape_sweep import _config_choice
+
+    gpu = "NVIDIA H100 80GB HBM3"
+    fp8 = next(t for t in MEASURED.for_gpu(gpu) if t.operands == "fp8_precise")
+    e = next(e for e in fp8.entries if e.config is not None)
+    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (e.config.name, "measured table")
+    assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
