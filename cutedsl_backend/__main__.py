@@ -93,6 +93,15 @@ def main(argv=None) -> int:
     ct.add_argument("--min-gain", type=float, default=0.03,
                     help="keep an entry only where the fastest config beat the models' pick by more than this")
     ct.add_argument("-o", "--out", required=True, help="the table's JSON file")
+    tu = sub.add_parser("tune", help="measure this GPU's config tables: the mid-size and swap-AB candidate sweeps "
+                        "on the model projections, then one table per operand class (use them with "
+                        "CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or copy them into cutedsl_backend/configs/tables/)")
+    tu.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables")
+    tu.add_argument("--ms", default="256,384,512,1024", help="token counts of the bf16 mid-size sweep")
+    tu.add_argument("--swap-ms", default="128,192", help="token counts of the bf16 swap-AB sweep")
+    tu.add_argument("--fp8-ms", default="128,192,256,512,1024",
+                    help="token counts of the fp8 (e4m3, fp32 accumulation) sweep; empty: none")
+    tu.add_argument("--models", help="only these models' projections (comma-separated)")
     sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
                         "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")
     sg.add_argument("--ms", default="16,128,512,2048,4096", help="token counts (comma-separated)")
@@ -225,6 +234,15 @@ def main(argv=None) -> int:
         gain = math.exp(sum(map(math.log, gains)) / len(gains)) if gains else 1.0
         print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
               f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
+        return 0
+    if args.cmd == "tune":
+        from .validation.tune import tune
+
+        def ints(text):
+            return tuple(int(m) for m in text.split(",") if m)
+
+        tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms),
+             args.models.split(",") if args.models else None)
         return 0
     if args.cmd == "sweep-gated":
         from .validation.tuning_sweeps import sweep_gated

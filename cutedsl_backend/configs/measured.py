@@ -164,19 +164,28 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
 
 
 class MeasuredTables:
-    """The tables shipped in ``configs/tables/``, loaded once, looked up by GPU model name."""
+    """The tables of ``$CUTEDSL_BACKEND_CONFIG_TABLES`` (a directory of tables a user made with
+    ``python -m cutedsl_backend tune``; looked up first) and those shipped in ``configs/tables/``,
+    loaded once, looked up by GPU model name."""
 
-    def __init__(self, directory: Path = TABLE_DIR):
+    def __init__(self, directory: Path = TABLE_DIR, env: str = "CUTEDSL_BACKEND_CONFIG_TABLES"):
         self.directory = directory
+        self.env = env
         self._tables: Optional[dict] = None
+
+    def directories(self) -> list:
+        import os
+
+        user = os.environ.get(self.env)
+        return ([Path(user)] if user else []) + [self.directory]
 
     def _load(self) -> dict:
         if self._tables is None:
             tables: dict = {}
-            for path in sorted(self.directory.glob("*.json")):
+            for path in [p for d in self.directories() for p in sorted(d.glob("*.json"))]:
                 try:
                     table = MeasuredTable.from_json(json.loads(path.read_text()))
-                except (OSError, ValueError, KeyError) as e:  # the models still rank every shape
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # the models rank every shape
                     log.warning("cutedsl: measured config table %s not used: %s", path, e)
                     continue
                 tables.setdefault(table.gpu, []).append(table)

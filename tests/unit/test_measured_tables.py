@@ -239,10 +239,11 @@ def test_the_inductor_dispatch_buckets_take_this_gpus_entry(tmp_path, monkeypatc
 
 def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
     (tmp_path / "bad.json").write_text('{"schema": 99}')
+    (tmp_path / "rows.json").write_text('[{"m": 1}]')  # sweep rows, not a table
     (tmp_path / "good.json").write_text(json.dumps(table(entry(384, COOP)).to_json()))
     tables = MeasuredTables(tmp_path)
     assert tables.choice(linear(384), GPU) == COOP
-    assert "bad.json" in caplog.text
+    assert "bad.json" in caplog.text and "rows.json" in caplog.text
 
 
 def test_the_report_names_a_table_only_for_the_cells_it_serves():
@@ -254,3 +255,34 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
     e = next(e for e in fp8.entries if e.config is not None)
     assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (e.config.name, "measured table")
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
+
+
+def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path, monkeypatch):
+    """`python -m cutedsl_backend tune`'s logic with the sweeps stood in for: one table per
+    operand class, with the commands behind it, served through CUTEDSL_BACKEND_CONFIG_TABLES."""
+    from cutedsl_backend.validation.tune import gpu_slug, tune
+
+    calls = []
+
+    def sweep(ms, space, models, dtype, log):
+        calls.append((ms, space, dtype))
+        (m,) = ms
+        pick, best = (SWAP, COOP) if dtype == "bfloat16" else (COOP, GemmConfig(128, 128, cluster_m=2))
+        return [{"m": m, "n": 3584, "k": 3584, "dtype": dtype, "peer_ms": 0.02, "pick": pick.name,
+                 "times": {pick.name: 0.012, best.name: 0.010}}]
+
+    paths = tune(str(tmp_path), ms=(384,), swap_ms=(192,), fp8_ms=(256,), sweep=sweep, log=lambda *a: None,
+                 gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"})
+    assert calls == [((384,), "mid", "bfloat16"), ((192,), "swap", "bfloat16"), ((256,), "mid", "fp8_tensorwise")]
+    assert [p.name for p in paths] == [f"{gpu_slug(GPU)}-16bit.json", f"{gpu_slug(GPU)}-fp8.json"]
+    assert gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    sixteen = MeasuredTable.from_json(json.loads(paths[0].read_text()))
+    assert sixteen.operands == "16bit" and [(e.m, e.config) for e in sixteen.entries] == [(192, COOP), (384, COOP)]
+    assert "sweep-decode --space swap --dtype bfloat16 --ms 192" in sixteen.source and "config-table" in sixteen.source
+    assert (tmp_path / "sweeps" / "sweep-mid-fp8-m256.json").exists()
+    monkeypatch.setenv("CUTEDSL_BACKEND_CONFIG_TABLES", str(tmp_path))
+    tables = MeasuredTables(tmp_path / "no-shipped-tables")
+    assert tables.choice(linear(384), GPU) == COOP
+    fp8 = GemmProblem(256, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+    scalar = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+    assert tables.choice(fp8, GPU, scalar) == GemmConfig(128, 128, cluster_m=2)

@@ -1,0 +1,78 @@
+"""``python -m cutedsl_backend tune``: measure this GPU's config tables (configs.measured).
+
+Runs the candidate sweeps the tables are made from (:func:`.tuning_sweeps.sweep_decode`: the
+mid-size space in bf16 and in e4m3 with fp32 accumulation, the swap-AB space in bf16) on the
+public models' projections, then writes the rows and one table per operand class into a
+directory. Point ``CUTEDSL_BACKEND_CONFIG_TABLES`` at it to use the tables, or copy them into
+``cutedsl_backend/configs/tables/`` to ship them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable, Optional
+
+
+def gpu_slug(gpu: str) -> str:
+    """A file-name form of a GPU model name ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3")."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+
+
+def _write(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128, 192),
+         fp8_ms: tuple = (128, 192, 256, 512, 1024), models: Optional[list] = None, log: Callable = print,
+         sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None) -> list:
+    """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
+    (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
+    ``ms`` / ``swap_ms``: token counts of the bf16 mid-size and swap-AB sweeps, ``fp8_ms`` of the
+    fp8 one (empty: none); ``models``: only these models' projections. ``sweep``, ``gpu`` and
+    ``versions`` stand in for the GPU in tests."""
+    from ..configs.measured import table_from_sweeps
+    from .tuning_sweeps import sweep_decode
+
+    sweep = sweep or sweep_decode
+    if gpu is None or versions is None:
+        from .environment import environment
+
+        env = environment()
+        gpu = gpu or env.get("gpu")
+        versions = versions or {k: env.get(k) for k in ("torch", "nvidia_cutlass_dsl", "cutedsl_backend")}
+    if not gpu:
+        raise RuntimeError("tune measures a GPU: none is visible")
+    out = Path(out_dir)
+    (out / "sweeps").mkdir(parents=True, exist_ok=True)
+    model_arg = f" --models {','.join(models)}" if models else ""
+    runs = [("bfloat16", "mid", m) for m in ms] + [("bfloat16", "swap", m) for m in swap_ms]
+    runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
+    rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
+    commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
+    for dtype, space, m in runs:
+        name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}.json"
+        log(f"tune: {dtype} {space} M={m}")
+        got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
+        _write(out / "sweeps" / name, got)
+        rows[dtype] += got
+        commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
+                               f"{model_arg} --json {name}")
+    made = []
+    for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
+        if not rows[dtype]:
+            continue
+        path = out / f"{gpu_slug(gpu)}-{suffix}.json"
+        files = " ".join("sweeps/" + c.split()[-1] for c in commands[dtype])
+        source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
+                  f"cutedsl-backend {versions.get('cutedsl_backend')}. python -m cutedsl_backend tune ran: "
+                  + "; ".join(commands[dtype])
+                  + f"; python -m cutedsl_backend config-table {files} --gpu '{gpu}' -o {path.name}")
+        table = table_from_sweeps(rows[dtype], gpu, source)
+        _write(path, table.to_json())
+        named = sum(e.config is not None for e in table.entries)
+        log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster than "
+            "the models' pick")
+        made.append(path)
+    return made
