@@ -190,6 +190,19 @@ def test_gpu_job_script_requires_the_gpu_and_fails_on_any_failed_step():
     assert out.returncode == 0, out.stderr
 
 
+def test_gpu_job_script_runs_a_named_part_and_refuses_an_unknown_one():
+    """GPU_JOB_STEPS splits the job over two leases ("tests", then "validate"); a misspelt step
+    must fail, not run nothing and exit 0."""
+    import os
+
+    script = ROOT / ".github" / "scripts" / "gpu-job.sh"
+    out = subprocess.run(["bash", str(script), "sm90a"], capture_output=True, text=True,
+                         env={**os.environ, "GPU_JOB_STEPS": "tests,valdiate"})
+    assert out.returncode == 2 and "each step is tests or validate" in out.stderr
+    text = script.read_text()
+    assert ',${steps},' in text and "*,tests,*" in text and "*,validate,*" in text
+
+
 def test_images_are_built_by_ci_and_run_by_digest():
     """images.yml builds both images, tags them by commit and by the hash of their inputs, and
     records digests; the GPU workflows resolve the same inputs tag to a digest (the same hashFiles
