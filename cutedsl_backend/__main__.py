@@ -101,6 +101,8 @@ def main(argv=None) -> int:
     tu.add_argument("--swap-ms", default="128,192", help="token counts of the bf16 swap-AB sweep")
     tu.add_argument("--fp8-ms", default="128,192,256,512,1024",
                     help="token counts of the fp8 (e4m3, fp32 accumulation) sweep; empty: none")
+    tu.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
+                    "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
     tu.add_argument("--models", help="only these models' projections (comma-separated)")
     sg = sub.add_parser("sweep-gated", help="every gated-MLP candidate (B multicast included) on a SwiGLU up "
                         "projection at each M vs cuBLAS + silu*mul, results checked (tuning)")
@@ -242,7 +244,7 @@ def main(argv=None) -> int:
             return tuple(int(m) for m in text.split(",") if m)
 
         tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms),
-             args.models.split(",") if args.models else None)
+             args.models.split(",") if args.models else None, decode_ms=ints(args.decode_ms))
         return 0
     if args.cmd == "sweep-gated":
         from .validation.tuning_sweeps import sweep_gated

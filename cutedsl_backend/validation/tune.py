@@ -26,11 +26,13 @@ def _write(path: Path, data) -> None:
 
 def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128, 192),
          fp8_ms: tuple = (128, 192, 256, 512, 1024), models: Optional[list] = None, log: Callable = print,
-         sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None) -> list:
+         sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
+         decode_ms: tuple = ()) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
-    ``ms`` / ``swap_ms``: token counts of the bf16 mid-size and swap-AB sweeps, ``fp8_ms`` of the
-    fp8 one (empty: none); ``models``: only these models' projections. ``sweep``, ``gpu`` and
+    ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
+    (split-K, short A loads) sweeps, ``fp8_ms`` of the fp8 one (empty: none); ``models``: only
+    these models' projections. ``sweep``, ``gpu`` and
     ``versions`` stand in for the GPU in tests."""
     from ..configs.measured import table_from_sweeps
     from .tuning_sweeps import sweep_decode
@@ -47,7 +49,8 @@ def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128,
     out = Path(out_dir)
     (out / "sweeps").mkdir(parents=True, exist_ok=True)
     model_arg = f" --models {','.join(models)}" if models else ""
-    runs = [("bfloat16", "mid", m) for m in ms] + [("bfloat16", "swap", m) for m in swap_ms]
+    runs = [("bfloat16", "decode", m) for m in decode_ms] + [("bfloat16", "mid", m) for m in ms]
+    runs += [("bfloat16", "swap", m) for m in swap_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}

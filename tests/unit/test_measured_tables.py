@@ -272,12 +272,14 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
                  "times": {pick.name: 0.012, best.name: 0.010}}]
 
     paths = tune(str(tmp_path), ms=(384,), swap_ms=(192,), fp8_ms=(256,), sweep=sweep, log=lambda *a: None,
-                 gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"})
-    assert calls == [((384,), "mid", "bfloat16"), ((192,), "swap", "bfloat16"), ((256,), "mid", "fp8_tensorwise")]
+                 gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"}, decode_ms=(16,))
+    assert calls == [((16,), "decode", "bfloat16"), ((384,), "mid", "bfloat16"), ((192,), "swap", "bfloat16"),
+                     ((256,), "mid", "fp8_tensorwise")]
     assert [p.name for p in paths] == [f"{gpu_slug(GPU)}-16bit.json", f"{gpu_slug(GPU)}-fp8.json"]
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     sixteen = MeasuredTable.from_json(json.loads(paths[0].read_text()))
-    assert sixteen.operands == "16bit" and [(e.m, e.config) for e in sixteen.entries] == [(192, COOP), (384, COOP)]
+    assert sixteen.operands == "16bit"
+    assert [(e.m, e.config) for e in sixteen.entries] == [(16, COOP), (192, COOP), (384, COOP)]
     assert "sweep-decode --space swap --dtype bfloat16 --ms 192" in sixteen.source and "config-table" in sixteen.source
     assert (tmp_path / "sweeps" / "sweep-mid-fp8-m256.json").exists()
     monkeypatch.setenv("CUTEDSL_BACKEND_CONFIG_TABLES", str(tmp_path))
