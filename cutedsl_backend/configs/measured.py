@@ -91,7 +91,7 @@ class MeasuredTable:
         """The entry serving ``problem`` (see the module doc): the measurement at the nearest
         measured M, if it names a config that has the same tiles along M there and takes this
         problem and epilogue; else None. The sweeps ran bare GEMMs (scalar scales for fp8): a
-        column bias and an activation are served too (a few percent on every config alike);
+        bias and an activation are served too (a few percent on every config alike);
         never a residual (its loads change which schedule wins: configs.tuning), a gated
         epilogue (its tiles pair columns; measured separately) or fp8 scales other than scalars."""
         if epilogue is not None and (getattr(epilogue, "gated", None) or epilogue.residual
