@@ -74,6 +74,8 @@ def main(argv=None) -> int:
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
     ss.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise,gated_silu")
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
+    ss.add_argument("--no-config-tables", action="store_true",
+                    help="rank with the cost models alone (no measured config table): the other half of an A/B")
     sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
                         "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
     sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
@@ -357,6 +359,10 @@ def main(argv=None) -> int:
                 with open(args.json, "w") as f:
                     json.dump(perf, f, indent=1)
 
+        if args.no_config_tables:
+            from .configs.measured import MEASURED
+
+            MEASURED.enabled = False
         perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=save)
         save(perf)
         print("\n".join(perf_markdown(perf)))

@@ -171,6 +171,7 @@ class MeasuredTables:
     def __init__(self, directory: Path = TABLE_DIR, env: str = "CUTEDSL_BACKEND_CONFIG_TABLES"):
         self.directory = directory
         self.env = env
+        self.enabled = True  # False: the models alone (an A/B of the tables, sweep-shapes --no-config-tables)
         self._tables: Optional[dict] = None
 
     def directories(self) -> list:
@@ -194,7 +195,7 @@ class MeasuredTables:
 
     def for_gpu(self, gpu: Optional[str]) -> tuple:
         """The tables measured on GPU model ``gpu`` (none for None or an unmeasured model)."""
-        return tuple(self._load().get(gpu, ())) if gpu else ()
+        return tuple(self._load().get(gpu, ())) if gpu and self.enabled else ()
 
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""

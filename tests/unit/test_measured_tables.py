@@ -156,6 +156,8 @@ def test_json_round_trip_and_schema(tmp_path):
     tables = MeasuredTables(tmp_path)
     assert tables.choice(linear(384), GPU) == COOP
     assert tables.choice(linear(384), "NVIDIA Other") is None and tables.choice(linear(384), None) is None
+    tables.enabled = False  # the models alone
+    assert tables.choice(linear(384), GPU) is None
 
 
 def test_the_ranking_puts_this_gpus_entry_first_and_only_there(tmp_path, monkeypatch):
