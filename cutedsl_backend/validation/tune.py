@@ -32,20 +32,20 @@ def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128,
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
     (split-K, short A loads) sweeps, ``fp8_ms`` of the fp8 one (empty: none); ``models``: only
-    these models' projections. ``sweep``, ``gpu`` and
-    ``versions`` stand in for the GPU in tests."""
+    these models' projections. ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
+    Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates."""
     from ..configs.measured import table_from_sweeps
     from .tuning_sweeps import sweep_decode
 
     sweep = sweep or sweep_decode
     if gpu is None or versions is None:
-        from .environment import environment
+        from .environment import environment, gpu_arch
 
+        if gpu_arch() != "sm90a":
+            raise RuntimeError(f"tune sweeps the sm90a (Hopper) candidates; this machine's GPU: {gpu_arch()}")
         env = environment()
         gpu = gpu or env.get("gpu")
         versions = versions or {k: env.get(k) for k in ("torch", "nvidia_cutlass_dsl", "cutedsl_backend")}
-    if not gpu:
-        raise RuntimeError("tune measures a GPU: none is visible")
     out = Path(out_dir)
     (out / "sweeps").mkdir(parents=True, exist_ok=True)
     model_arg = f" --models {','.join(models)}" if models else ""

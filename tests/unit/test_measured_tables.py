@@ -290,3 +290,10 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
     fp8 = GemmProblem(256, 3584, 3584, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
     scalar = EpilogueSpec(scale_a="scalar", scale_b="scalar")
     assert tables.choice(fp8, GPU, scalar) == GemmConfig(128, 128, cluster_m=2)
+
+
+def test_tune_without_a_hopper_gpu_says_so():
+    from cutedsl_backend.validation.tune import tune
+
+    with pytest.raises(RuntimeError, match="sm90a"):
+        tune("unused", sweep=lambda *a, **k: [])
