@@ -1,0 +1,80 @@
+"""This GPU's measured config tables (configs.measured) on the GPU: where a table serves a call,
+the eager dispatcher runs the table's config, and the result is right against float64 on a
+NaN-poisoned output (bf16, fp16 and fp8 e4m3 with scalar scales; at the measured M and at an M
+just below it, a tail in the last tile). Skipped with the reason without an sm90 GPU or without
+a table measured on this GPU model."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cutedsl_backend as cb  # noqa: E402
+from cutedsl_backend.configs.measured import MEASURED  # noqa: E402
+from cutedsl_backend.epilogue import EpilogueSpec  # noqa: E402
+from cutedsl_backend.plan import PLANS  # noqa: E402
+from cutedsl_backend.problem import GemmProblem  # noqa: E402
+from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
+
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
+SEED = 9090
+SCALAR = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+
+
+def _shape(config) -> tuple:
+    """What a config decides about the launch (stages and k-tile resolved or not)."""
+    return (config.tile_m, config.tile_n, config.cluster_m, config.cluster_n, config.schedule, config.splits,
+            config.swap_ab)
+
+
+def _served(operands: str, count: int = 6) -> list:
+    """Up to ``count`` (m, entry) this GPU's ``operands`` table serves: named entries spread over
+    its measured M and weight sizes, each at its own M and one token fewer where still served."""
+    gpu = torch.cuda.get_device_name()
+    tables = [t for t in MEASURED.for_gpu(gpu) if t.operands == operands]
+    if not tables:
+        pytest.skip(f"not run: no measured {operands} config table for {gpu}")
+    named = sorted((e for e in tables[0].entries if e.config is not None), key=lambda e: (e.m, e.n * e.k))
+    picked = named[:: max(1, len(named) // count)][:count]
+    dtype = "bfloat16" if operands == "16bit" else "float8_e4m3fn"
+    spec = None if operands == "16bit" else SCALAR
+    out = []
+    for e in picked:
+        for m in (e.m, e.m - 1):
+            problem = GemmProblem(m, e.n, e.k, 1, dtype, "bfloat16", "k", "k", "sm90a")
+            if MEASURED.choice(problem, gpu, spec) == e.config:
+                out.append((m, e))
+    assert out, "a table with named entries serves at least their own M"
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_dispatcher_runs_the_tables_config_and_is_right(dtype):
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(SEED)
+    for m, e in _served("16bit"):
+        a = torch.randn(m, e.k, device="cuda", generator=g).to(dt)
+        w = torch.randn(e.n, e.k, device="cuda", generator=g).to(dt)
+        out = torch.full((m, e.n), float("nan"), device="cuda", dtype=dt)
+        PLANS.clear()
+        cb.gemm(a, w.t(), out=out)
+        ran = PLANS.newest()
+        assert _shape(ran.kernel.config) == _shape(e.config), (m, e)
+        check = compare(out, a.double() @ w.double().t(), dtype, e.k)
+        assert check["ok"], (m, e, check)
+
+
+def test_the_dispatcher_runs_the_fp8_tables_config_and_is_right():
+    g = torch.Generator(device="cuda").manual_seed(SEED + 1)
+    f8 = torch.float8_e4m3fn
+    for m, e in _served("fp8_precise"):
+        a = (torch.randn(m, e.k, device="cuda", generator=g) * 2).to(f8)
+        w = (torch.randn(e.n, e.k, device="cuda", generator=g) * 2).to(f8)
+        sa = torch.rand((), device="cuda", generator=g) + 0.5
+        sb = torch.rand((), device="cuda", generator=g) + 0.5
+        out = torch.full((m, e.n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        PLANS.clear()
+        cb.scaled_mm(a, w.t(), sa, sb, out=out)
+        assert _shape(PLANS.newest().kernel.config) == _shape(e.config), (m, e)
+        ref = (a.double() @ w.double().t()) * sa.double() * sb.double()
+        check = compare_fp8(out, ref, "bfloat16", e.k)
+        assert check["ok"], (m, e, check)
