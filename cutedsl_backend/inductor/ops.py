@@ -53,19 +53,24 @@ def normalize_bias(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=256)
-def _config(name: str) -> GemmConfig:
-    """The config a choice names (parsed once: Inductor's benchmark calls the op many times)."""
-    return GemmConfig.from_name(name)
+def named_config(kernel_config: str) -> Optional[GemmConfig]:
+    """The config a choice names, None for "" (not chosen yet) and DISPATCH (the eager API's
+    per-call choice from the runtime shape); parsed once (Inductor's benchmark and every compiled
+    call run the op)."""
+    return GemmConfig.from_name(kernel_config) if kernel_config and kernel_config != DISPATCH else None
+
+
+def for_rows(config: Optional[GemmConfig], rows: int) -> Optional[GemmConfig]:
+    """``config`` without short A loads where this call has more rows than they load (chosen at
+    the hint: a dynamic M may exceed it)."""
+    if config is not None and config.a_rows and rows > config.a_rows:
+        return config.replace(a_rows=0)
+    return config
 
 
 def config_for_call(kernel_config: str, rows: int) -> Optional[GemmConfig]:
-    """The config a call of our op runs: the one its choice names, None for "" (not chosen yet)
-    and DISPATCH (the eager API's per-call choice from the runtime shape); short A loads dropped
-    where this call has more rows than they load (chosen at the hint, a dynamic M may exceed it)."""
-    config = _config(kernel_config) if kernel_config and kernel_config != DISPATCH else None
-    if config is not None and config.a_rows and rows > config.a_rows:
-        config = config.replace(a_rows=0)
-    return config
+    """The config a call of our op runs (:func:`named_config`, :func:`for_rows`)."""
+    return for_rows(named_config(kernel_config), rows)
 
 
 @functools.cache
@@ -88,9 +93,11 @@ def _eager_call(kind: tuple):
     def call(*args, activation=None, alpha=1.0, beta=1.0, out_dtype=None, fast_accum=False, kernel_config=""):
         eager = _eager_api()
         a, b = args[0], args[1]
-        config = config_for_call(kernel_config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
+        config = named_config(kernel_config)
+        if config is not None and config.a_rows:  # the rows only where they matter (host time per call)
+            config = for_rows(config, a.shape[-2] if b.dim() == 3 else a.numel() // max(1, a.shape[-1]))
         bias = args[i_bias] if has_bias else None
-        if bias is not None:
+        if bias is not None and bias.dim() == 2:
             bias = normalize_bias(bias, a.shape[-2], b.shape[-1])
         residual = args[i_res] if has_res else None
         try:

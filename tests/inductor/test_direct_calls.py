@@ -80,3 +80,19 @@ def test_direct_call_of_other_tensors_goes_through_the_op(monkeypatch):
     fn = iops.direct((False, True, False))
     assert fn(torch.randn(8, 16), torch.randn(16, 24), torch.randn(24), kernel_config="x") == "op"
     assert seen == [(3, "x")]
+
+
+def test_direct_call_hands_a_column_bias_as_a_vector(monkeypatch):
+    """Inductor hands a column bias as (N,), (1, N) or a row-stride-0 (M, N) expansion; the eager
+    call gets the (N,) vector (the 1-D one untouched, without a per-call reshape)."""
+    from cutedsl_backend import ops as eager
+
+    seen = []
+    monkeypatch.setattr(eager, "gemm", lambda *a, **kw: seen.append(kw["bias"]))
+    fn = iops.direct((False, True, False))
+    a, b = torch.randn(8, 16).as_subclass(Cudaish), torch.randn(16, 24).as_subclass(Cudaish)
+    vec = torch.randn(24)
+    for bias in (vec, vec.reshape(1, 24), vec.expand(8, 24)):
+        fn(a, b, bias, kernel_config="")
+    assert seen[0] is vec
+    assert all(s.shape == (24,) and s.data_ptr() == vec.data_ptr() for s in seen[1:])
