@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 
@@ -227,6 +226,7 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "config-table":
         from .configs.measured import table_from_sweeps
+        from .validation.bench import geomean
 
         rows = [row for path in args.sweeps for row in json.loads(open(path).read())]
         table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
             f.write("\n")
         chosen = [e for e in table.entries if e.config is not None]
         gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
-        gain = math.exp(sum(map(math.log, gains)) / len(gains)) if gains else 1.0
+        gain = geomean(gains) if gains else 1.0
         print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
               f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
         return 0

@@ -129,8 +129,7 @@ def narrow(offer, k: str) -> tuple:
 
 
 def device_name(device) -> str:
-    import torch
+    """The GPU model (plan.gpu_model), or the device type off CUDA."""
+    from ..plan import gpu_model
 
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return device.type
-    return torch.cuda.get_device_name(device)
+    return gpu_model(device) or device.type

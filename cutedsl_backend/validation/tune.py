@@ -54,12 +54,14 @@ def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128,
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
+    files: dict = {"bfloat16": [], "fp8_tensorwise": []}
     for dtype, space, m in runs:
         name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}.json"
         log(f"tune: {dtype} {space} M={m}")
         got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
         _write(out / "sweeps" / name, got)
         rows[dtype] += got
+        files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
                                f"{model_arg} --json {name}")
     made = []
@@ -67,11 +69,10 @@ def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128,
         if not rows[dtype]:
             continue
         path = out / f"{gpu_slug(gpu)}-{suffix}.json"
-        files = " ".join("sweeps/" + c.split()[-1] for c in commands[dtype])
         source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
                   f"cutedsl-backend {versions.get('cutedsl_backend')}. python -m cutedsl_backend tune ran: "
                   + "; ".join(commands[dtype])
-                  + f"; python -m cutedsl_backend config-table {files} --gpu '{gpu}' -o {path.name}")
+                  + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())
         named = sum(e.config is not None for e in table.entries)

@@ -212,13 +212,14 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     import cutedsl_backend as cb
 
     from ..configs import default_config, is_valid, rank_configs
+    from ..configs.measured import SWEEP_OPERANDS
     from ..epilogue import EpilogueSpec
     from ..problem import GemmProblem
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
-    if dtype not in ("bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"):
-        raise ValueError(f"dtype {dtype!r}: bfloat16, fp8_tensorwise or fp8_tensorwise_fast")
+    if dtype not in SWEEP_OPERANDS:
+        raise ValueError(f"dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
     kdtype = "float8_e4m3fn" if fp8 else "bfloat16"

@@ -160,23 +160,33 @@ def test_json_round_trip_and_schema(tmp_path):
     assert tables.choice(linear(384), GPU) is None
 
 
-def test_the_ranking_puts_this_gpus_entry_first_and_only_there(tmp_path, monkeypatch):
-    problem = linear(384)
-    models_pick = default_config(problem)
-    other = next(c for c in rank_configs(problem) if c != models_pick and not c.swap_ab)
-    (tmp_path / "t.json").write_text(json.dumps(table(entry(384, other)).to_json()))
-    monkeypatch.setattr(MEASURED, "directory", tmp_path)
-    monkeypatch.setattr(MEASURED, "_tables", None)
-    default_config.cache_clear()
-    try:
-        assert rank_configs(problem, gpu=GPU)[0] == other
-        assert default_config(problem, gpu=GPU) == other
-        assert default_config(problem, gpu="NVIDIA Other") == models_pick
-        assert default_config(problem) == models_pick
-        ranked = rank_configs(problem, gpu=GPU)
-        assert len(ranked) == len(set(ranked))  # listed once
-    finally:
+@pytest.fixture
+def measured_other(tmp_path, monkeypatch):
+    """A function installing, as the tables MEASURED serves, one entry at ``m`` tokens naming an
+    unswapped config other than the models' pick; it returns (models' pick, that config)."""
+
+    def install(m):
+        models_pick = default_config(linear(m))
+        other = next(c for c in rank_configs(linear(m)) if c != models_pick and not c.swap_ab)
+        (tmp_path / "t.json").write_text(json.dumps(table(entry(m, other)).to_json()))
+        monkeypatch.setattr(MEASURED, "directory", tmp_path)
+        monkeypatch.setattr(MEASURED, "_tables", None)
         default_config.cache_clear()
+        return models_pick, other
+
+    yield install
+    default_config.cache_clear()
+
+
+def test_the_ranking_puts_this_gpus_entry_first_and_only_there(measured_other):
+    problem = linear(384)
+    models_pick, other = measured_other(384)
+    assert rank_configs(problem, gpu=GPU)[0] == other
+    assert default_config(problem, gpu=GPU) == other
+    assert default_config(problem, gpu="NVIDIA Other") == models_pick
+    assert default_config(problem) == models_pick
+    ranked = rank_configs(problem, gpu=GPU)
+    assert len(ranked) == len(set(ranked))  # listed once
 
 
 def test_the_shipped_tables_hold_valid_configs_and_say_how_they_were_made():
@@ -216,27 +226,19 @@ def test_the_report_says_which_cells_a_measured_table_served():
     assert "measured config table" not in "\n".join(perf_markdown({"summary": summarize(rows), "results": rows}))
 
 
-def test_the_inductor_dispatch_buckets_take_this_gpus_entry(tmp_path, monkeypatch):
+def test_the_inductor_dispatch_buckets_take_this_gpus_entry(measured_other):
     """A dynamic-M offer compiles ahead the kernel each token bucket dispatches to: with this
     GPU's table, the entry's config at its bucket."""
     from cutedsl_backend.inductor.eligibility import Offer
 
-    bucket = linear(256)
-    models_pick = default_config(bucket)
-    other = next(c for c in rank_configs(bucket) if c != models_pick and not c.swap_ab)
-    (tmp_path / "t.json").write_text(json.dumps(table(entry(256, other)).to_json()))
-    monkeypatch.setattr(MEASURED, "directory", tmp_path)
-    monkeypatch.setattr(MEASURED, "_tables", None)
-    default_config.cache_clear()
-    try:
-        def buckets(gpu):
-            offer = Offer(linear(4096), EpilogueSpec(), (models_pick,), dynamic=True, gpu=gpu)
-            return {p.m: cfg for p, cfg in offer.dispatch_buckets()}
+    models_pick, other = measured_other(256)
 
-        assert other not in buckets(None).values()
-        assert other in buckets(GPU).values()
-    finally:
-        default_config.cache_clear()
+    def buckets(gpu):
+        offer = Offer(linear(4096), EpilogueSpec(), (models_pick,), dynamic=True, gpu=gpu)
+        return {p.m: cfg for p, cfg in offer.dispatch_buckets()}
+
+    assert other not in buckets(None).values()
+    assert other in buckets(GPU).values()
 
 
 def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
