@@ -101,7 +101,9 @@ def main(argv=None) -> int:
     tu.add_argument("--ms", default="256,384,512,1024", help="token counts of the bf16 mid-size sweep")
     tu.add_argument("--swap-ms", default="128,192", help="token counts of the bf16 swap-AB sweep")
     tu.add_argument("--fp8-ms", default="128,192,256,512,1024",
-                    help="token counts of the fp8 (e4m3, fp32 accumulation) sweep; empty: none")
+                    help="token counts of the fp8 (e4m3, fp32 accumulation) mid-size sweep; empty: none")
+    tu.add_argument("--fp8-swap-ms", default="128,192",
+                    help="token counts of the fp8 swap-AB sweep (scalar scales); empty: none")
     tu.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                     "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
     tu.add_argument("--models", help="only these models' projections (comma-separated)")
@@ -246,7 +248,8 @@ def main(argv=None) -> int:
             return tuple(int(m) for m in text.split(",") if m)
 
         tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms),
-             args.models.split(",") if args.models else None, decode_ms=ints(args.decode_ms))
+             args.models.split(",") if args.models else None, decode_ms=ints(args.decode_ms),
+             fp8_swap_ms=ints(args.fp8_swap_ms))
         return 0
     if args.cmd == "sweep-gated":
         from .validation.tuning_sweeps import sweep_gated

@@ -27,11 +27,12 @@ def _write(path: Path, data) -> None:
 def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128, 192),
          fp8_ms: tuple = (128, 192, 256, 512, 1024), models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
-         decode_ms: tuple = ()) -> list:
+         decode_ms: tuple = (), fp8_swap_ms: tuple = (128, 192)) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
-    (split-K, short A loads) sweeps, ``fp8_ms`` of the fp8 one (empty: none); ``models``: only
+    (split-K, short A loads) sweeps, ``fp8_ms`` / ``fp8_swap_ms`` of the fp8 mid-size and swap-AB
+    ones (empty: none); ``models``: only
     these models' projections. ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates."""
     from ..configs.measured import table_from_sweeps
@@ -52,6 +53,7 @@ def tune(out_dir: str, ms: tuple = (256, 384, 512, 1024), swap_ms: tuple = (128,
     runs = [("bfloat16", "decode", m) for m in decode_ms] + [("bfloat16", "mid", m) for m in ms]
     runs += [("bfloat16", "swap", m) for m in swap_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
+    runs += [("fp8_tensorwise", "swap", m) for m in fp8_swap_ms]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}

@@ -276,9 +276,10 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
                  "times": {pick.name: 0.012, best.name: 0.010}}]
 
     paths = tune(str(tmp_path), ms=(384,), swap_ms=(192,), fp8_ms=(256,), sweep=sweep, log=lambda *a: None,
-                 gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"}, decode_ms=(16,))
+                 gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"}, decode_ms=(16,),
+                 fp8_swap_ms=(128,))
     assert calls == [((16,), "decode", "bfloat16"), ((384,), "mid", "bfloat16"), ((192,), "swap", "bfloat16"),
-                     ((256,), "mid", "fp8_tensorwise")]
+                     ((256,), "mid", "fp8_tensorwise"), ((128,), "swap", "fp8_tensorwise")]
     assert [p.name for p in paths] == [f"{gpu_slug(GPU)}-16bit.json", f"{gpu_slug(GPU)}-fp8.json"]
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     sixteen = MeasuredTable.from_json(json.loads(paths[0].read_text()))
@@ -286,6 +287,9 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
     assert [(e.m, e.config) for e in sixteen.entries] == [(16, COOP), (192, COOP), (384, COOP)]
     assert "sweep-decode --space swap --dtype bfloat16 --ms 192" in sixteen.source and "config-table" in sixteen.source
     assert (tmp_path / "sweeps" / "sweep-mid-fp8-m256.json").exists()
+    fp8_table = MeasuredTable.from_json(json.loads(paths[1].read_text()))
+    assert [e.m for e in fp8_table.entries] == [128, 256]
+    assert "sweep-decode --space swap --dtype fp8_tensorwise --ms 128" in fp8_table.source
     monkeypatch.setenv("CUTEDSL_BACKEND_CONFIG_TABLES", str(tmp_path))
     tables = MeasuredTables(tmp_path / "no-shipped-tables")
     assert tables.choice(linear(384), GPU) == COOP
