@@ -1,9 +1,11 @@
 """Split-K workspaces: the fp32 partial tiles and int32 arrival counters a split-K launch needs.
 
 One pair of buffers per (device, stream): launches on one stream run in order, so they can share
-it; the kernels leave the counters at zero, so they are zeroed only when allocated. Buffers are
-never freed (a captured CUDA graph keeps the pointers it was captured with) and grow to the next
-power of two, so a process holds at most twice its largest workspace per stream.
+it; the kernels leave the counters at zero, so they are zeroed only when allocated. Buffers grow
+to the next power of two. A pair a CUDA graph captured is never freed (the graph keeps the
+pointers it was captured with); one no capture used is released when it grows, once the launches
+already queued on its stream are done with it (the caching allocator waits for them). A stream
+holds one pair, plus the smaller ones graphs captured.
 
 CUDA graphs. A capture uses the stream's buffers when they are large enough (warm up before
 capturing, as torch asks). Otherwise the launch gets buffers of its own, allocated inside the
@@ -36,6 +38,7 @@ class SplitKWorkspaces:
         self._lock = threading.Lock()
         self._buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._retired: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._captured: set[tuple] = set()  # the (device, stream) whose current pair a capture used
 
     def get(self, device: torch.device, stream: int, counters: int, floats: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(fp32 work, int32 counters) with at least ``floats`` and ``counters`` elements, for
@@ -45,15 +48,26 @@ class SplitKWorkspaces:
         key = (device.index, stream)
         with self._lock:
             have = self._buffers.get(key)
+            capturing = torch.cuda.is_current_stream_capturing()
             if have is not None and have[0].numel() >= floats and have[1].numel() >= counters:
+                if capturing:
+                    self._captured.add(key)
                 return have
-            if torch.cuda.is_current_stream_capturing():
+            if capturing:
                 return (torch.empty(floats, dtype=torch.float32, device=device),
                         torch.zeros(counters, dtype=torch.int32, device=device))
             old_floats, old_counters = (0, 0) if have is None else (have[0].numel(), have[1].numel())
             made = self._allocate(device, max(_next_pow2(floats), old_floats), max(_next_pow2(counters), old_counters))
             if have is not None:
-                self._retired.append(have)  # a captured graph may still point at it
+                if key in self._captured:
+                    self._retired.append(have)  # a captured graph points at it
+                else:
+                    # allocated on a helper stream, used on this one: freed once this stream's
+                    # queued launches are done with it
+                    launches = torch.cuda.ExternalStream(stream, device=device)
+                    for t in have:
+                        t.record_stream(launches)
+            self._captured.discard(key)
             self._buffers[key] = made
             return made
 

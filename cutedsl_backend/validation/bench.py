@@ -25,16 +25,21 @@ def _median_ms(fn, warmup=50, rep=300) -> float:
 
 def graph_of(fn, calls: int = 10):
     """A CUDA graph of ``calls`` back-to-back calls of ``fn`` (one warm-up call first, outside the
-    capture: compiles, caches)."""
+    capture: compiles, caches). The warm-up runs on the stream the capture then runs on (torch's
+    capture stream, one per process), so a split-K launch finds that stream's workspace already
+    sized and the graph times the kernel as an eager loop runs it (workspace.py): warmed up on a
+    stream of its own, each capture allocated and zeroed a workspace per launch inside the graph,
+    and each such stream kept its warm-up's workspace for the process's life."""
     import torch
 
-    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    capture = torch.cuda.graph(g)
+    s = capture.capture_stream
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         fn()
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with capture:
         for _ in range(calls):
             fn()
     return g

@@ -165,6 +165,33 @@ def test_split_k_captured_before_any_eager_launch():
     assert torch.equal(eager, out)
 
 
+def test_split_k_workspace_growth_keeps_only_what_a_graph_captured():
+    """A stream's workspace grows to the next power of two: the pair it replaces is released
+    unless a CUDA graph captured it (the graph keeps its pointers)."""
+    import weakref
+
+    from cutedsl_backend.workspace import SplitKWorkspaces
+
+    dev, side, ws = torch.device("cuda"), torch.cuda.Stream(), SplitKWorkspaces()
+    first = ws.get(dev, side.cuda_stream, 64, 1 << 16)
+    gone = weakref.ref(first[0])
+    del first
+    second = ws.get(dev, side.cuda_stream, 64, 1 << 18)  # grows: nothing captured the first pair
+    assert gone() is None and ws.capacity(dev, side.cuda_stream) == (1 << 18, 64)
+    kept = weakref.ref(second[0])
+    x = torch.zeros(8, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        assert ws.get(dev, side.cuda_stream, 64, 1 << 17)[0] is second[0]  # large enough: the capture uses it
+        x.add_(1)
+    del second
+    ws.get(dev, side.cuda_stream, 64, 1 << 20)
+    assert kept() is not None, "a pair a graph captured stays alive"
+    graph.replay()
+    torch.cuda.synchronize()
+    assert x.sum().item() == 8
+
+
 def test_split_k_under_inductor_cudagraph_trees():
     """torch.compile's CUDA-graph trees (mode="reduce-overhead") check that nothing allocated in
     their pool during warm-up or recording stays alive untracked: the op's split-K workspace must
