@@ -148,3 +148,21 @@ def test_the_gated_mlp_sweep_covers_the_gate_up_projections():
     assert operand_bytes(16, 28672, 4096, "gated_silu") == operand_bytes(16, 28672, 4096, "bfloat16") - 16 * 28672
     name, source = _config_choice("gated_silu", 16, 28672, 4096, gpu="NVIDIA H200")
     assert name.startswith("sm90a_") and source == "models"  # no measured table takes a gated epilogue
+
+
+def test_alternate_times_more_rounds_only_where_they_disagree():
+    """A stall of one side in the first rounds (ours 3x slower) gets more rounds and the median
+    over all of them; rounds that agree are timed once."""
+    from cutedsl_backend.validation.shape_sweep import ROUNDS, alternate
+
+    def timer(times):
+        it = iter(times)
+        return lambda: next(it)
+
+    steady = alternate(timer([1.0, 1.02, 0.99] * 3), timer([1.0] * 9))
+    assert len(steady["rounds_ours_ms"]) == ROUNDS == 3
+    stalled = alternate(timer([3.0, 2.5, 1.0, 1.0, 1.0, 1.0, 1.01, 1.0, 1.0]), timer([1.0] * 9))
+    assert len(stalled["rounds_ours_ms"]) == 6 and stalled["ratio"] == 1.0
+    assert stalled["ratio_spread"] == [1.0 / 3.0, 1.0]
+    stuck = alternate(timer([3.0, 1.0, 1.0] * 3), timer([1.0] * 9))  # never tight: three sets, then stops
+    assert len(stuck["rounds_peer_ms"]) == 9 and stuck["ratio"] == 1.0
