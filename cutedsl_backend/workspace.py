@@ -31,6 +31,19 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# whether the calling thread's current stream is capturing (the C call: get runs on every split-K launch)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
+def _stream_object(device: torch.device, stream: int) -> torch.cuda.Stream:
+    """The Stream object of handle ``stream`` on ``device``: the caller's current stream, or the
+    default stream for handle 0 (ExternalStream(0) would be a new pooled stream, not the default)."""
+    current = torch.cuda.current_stream(device)
+    if current.cuda_stream == stream:
+        return current
+    return torch.cuda.default_stream(device) if stream == 0 else torch.cuda.ExternalStream(stream, device=device)
+
+
 class SplitKWorkspaces:
     """Per (device, stream) workspace buffers, grown on demand; thread-safe."""
 
@@ -48,7 +61,7 @@ class SplitKWorkspaces:
         key = (device.index, stream)
         with self._lock:
             have = self._buffers.get(key)
-            capturing = torch.cuda.is_current_stream_capturing()
+            capturing = _capturing()
             if have is not None and have[0].numel() >= floats and have[1].numel() >= counters:
                 if capturing:
                     self._captured.add(key)
@@ -64,9 +77,8 @@ class SplitKWorkspaces:
                 else:
                     # allocated on a helper stream, used on this one: freed once this stream's
                     # queued launches are done with it
-                    launches = torch.cuda.ExternalStream(stream, device=device)
                     for t in have:
-                        t.record_stream(launches)
+                        t.record_stream(_stream_object(device, stream))
             self._captured.discard(key)
             self._buffers[key] = made
             return made

@@ -192,6 +192,34 @@ def test_split_k_workspace_growth_keeps_only_what_a_graph_captured():
     assert x.sum().item() == 8
 
 
+def test_split_k_workspace_released_on_the_default_stream_waits_for_its_launches():
+    """A pair released while launches queued on the default stream (handle 0) may still use it is
+    not handed to another stream's allocation until they are done (the allocator waits on the
+    launch stream, not on a stream that stands for handle 0)."""
+    from cutedsl_backend.workspace import SplitKWorkspaces
+
+    dev, ws = torch.device("cuda"), SplitKWorkspaces()
+    stream = torch.cuda.default_stream().cuda_stream
+    floats = 1 << 20
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        first = ws.get(dev, stream, 64, floats)
+        old = first[0].data_ptr()
+        torch.cuda._sleep(400_000_000)  # the default stream busy for a few hundred ms
+        first[0].add_(1.0)  # a queued launch that uses the pair
+        del first
+        ws.get(dev, stream, 64, floats * 4)  # grows: the first pair is released
+        held, ptrs = [], []
+        for _ in range(40):  # every pooled stream (the helper allocated on one of them)
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                held.append(torch.empty(floats, dtype=torch.float32, device=dev))
+                ptrs.append(held[-1].data_ptr())
+        busy = not torch.cuda.default_stream().query()
+    torch.cuda.synchronize()
+    assert busy, "the default stream finished before the check (sleep too short on this GPU)"
+    assert old not in ptrs, "a released pair went to another stream while launches still used it"
+
+
 def test_split_k_under_inductor_cudagraph_trees():
     """torch.compile's CUDA-graph trees (mode="reduce-overhead") check that nothing allocated in
     their pool during warm-up or recording stays alive untracked: the op's split-K workspace must
