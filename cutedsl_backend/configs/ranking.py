@@ -335,19 +335,40 @@ class SwapModel:
 
 
 SWAP_MODEL = SwapModel()
+# precise FP8 (e4m3, every k-tile added in fp32; bf16 out; scalar scales), the 16-bit model's rates,
+# not refitted: on the H100's fp8 sweeps (`tune`: sweep-decode --space mid and --space swap --dtype
+# fp8_tensorwise at 128 and 192 tokens, 29 projections of 8 models) choosing between its swap pick
+# and FP8_MID_MODEL's took the geomean against torch._scaled_mm from 0.931 to 0.957 (128: 0.967 ->
+# 0.971, 192: 0.896 -> 0.944; cells below 0.90: 21 -> 16 of 58), the best measured candidate per
+# shape 1.028; it loses on the smallest projections (N and K 3-4.6k: e.g. 192x3584x14336 0.82 ->
+# 0.45) and wins most on the narrowest (N = 576 / 1536) and largest. Grid-searched rates fitted on
+# four models' projections did not carry to the other four (their swap-everywhere held-out geomean
+# was as good or better), nor did a minimum weight size. Measured at 128 and 192 tokens: its domain.
+FP8_SWAP_MODEL = SwapModel(max_m=192)
+# the operand classes (operand_class) whose swap-AB choice a model makes
+SWAP_MODELS = {"16bit": SWAP_MODEL, "fp8_precise": FP8_SWAP_MODEL}
 
 
 def swap_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None, pick: Optional[GemmConfig] = None,
-                model: SwapModel = SWAP_MODEL) -> Optional[GemmConfig]:
-    """The swap-AB config the :class:`SwapModel` ranks fastest for ``problem`` and ``epilogue``
-    (no residual: a swapped output is transposed), if it beats ``pick`` (the ranking's choice
-    without swap) in that model; None outside the model's domain (sm90a, 16-bit in and out, K-major
-    A and B, one batch, row-major output, model.min_m <= M <= model.max_m) and where the output's rows are
-    not whole 16-byte vectors (the swapped kernel stores them with TMA, in place)."""
-    if (problem.arch != "sm90a" or dtype_bits(problem.dtype) != 16 or problem.batch != 1
+                model: Optional[SwapModel] = None) -> Optional[GemmConfig]:
+    """The swap-AB config the :class:`SwapModel` (``model``, else the operand class's in
+    ``SWAP_MODELS``) ranks fastest for ``problem`` and ``epilogue`` (no residual: a swapped output
+    is transposed), if it beats ``pick`` (the ranking's choice without swap) in that model; None
+    outside the model's domain (sm90a, K-major A and B, one batch, row-major output, model.min_m
+    <= M <= model.max_m; 16-bit in and out, or precise e4m3 with bf16 out and scalar scales) and
+    where the output's rows are not whole 16-byte vectors (the swapped kernel stores them with TMA,
+    in place)."""
+    kind = operand_class(problem)
+    model = model or (SWAP_MODELS.get(kind) if kind is not None else None)
+    if (model is None or problem.arch != "sm90a" or problem.batch != 1
             or problem.a_major != "k" or problem.b_major != "k" or problem.c_major != "n"
-            or problem.out_dtype != problem.dtype or not (model.min_m <= problem.m <= model.max_m)
+            or not (model.min_m <= problem.m <= model.max_m)
             or problem.n * dtype_bits(problem.out_dtype) % 128):
+        return None
+    if kind == "16bit" and problem.out_dtype != problem.dtype:
+        return None
+    if kind == "fp8_precise" and (problem.out_dtype != "bfloat16" or epilogue is None
+                                  or (epilogue.scale_a, epilogue.scale_b) != ("scalar", "scalar")):
         return None
     times = {c: model.time_us(problem, c, num_sms) for c in model.candidates(problem.arch)}
     best = next((c for c in sorted(times, key=lambda c: (times[c], c.name)) if fits(c, problem, epilogue)), None)

@@ -94,6 +94,39 @@ def test_swap_ab_refusals_name_the_rule():
         cb.gemm(odd, w, config=GemmConfig(128, 128, swap_ab=True))
 
 
+@pytest.mark.parametrize("m", [150, 192])
+def test_dispatched_fp8_swap_ab(m):
+    """The dispatcher's fp8 swap-AB picks (scaled_mm with scalar scales, bf16 out, config=None):
+    the swapped kernel runs (its scales exchanged) and the result is right against float64; with
+    rowwise scales the same shape runs unswapped. N and K are no model's projection (no measured
+    table stands in for the models)."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.measured import MEASURED
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.plan import PLANS
+    from cutedsl_backend.problem import GemmProblem
+
+    N, K = 9728, 8192
+    scalar = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+    problem = GemmProblem(m, N, K, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+    assert default_config(problem, epilogue=scalar).swap_ab
+    assert MEASURED.choice(problem, torch.cuda.get_device_name(), scalar) is None
+    g = torch.Generator(device="cuda").manual_seed(SEED + 500 + m)
+    f8 = torch.float8_e4m3fn
+    a = (torch.randn(m, K, device="cuda", generator=g) * 2).to(f8)
+    w = (torch.randn(N, K, device="cuda", generator=g) * 2).to(f8)
+    sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
+    rows, cols = torch.rand(m, 1, device="cuda", generator=g) + 0.5, torch.rand(1, N, device="cuda", generator=g) + 0.5
+    exact = a.double() @ w.double().t()
+    for scale_a, scale_b, swapped in ((sa, sb, True), (rows, cols, False)):
+        out = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        PLANS.clear()
+        cb.scaled_mm(a, w.t(), scale_a, scale_b, out=out)
+        assert PLANS.newest().swap == swapped
+        check = compare_fp8(out, exact * scale_a.double() * scale_b.double(), "bfloat16", K)
+        assert check["ok"], (swapped, check)
+
+
 @pytest.mark.epilogue("fused")
 @pytest.mark.parametrize("m", [128, 150, 192, 229])
 def test_dispatched_swap_ab(m):
