@@ -125,6 +125,15 @@ def test_dispatched_fp8_swap_ab(m):
         assert PLANS.newest().swap == swapped
         check = compare_fp8(out, exact * scale_a.double() * scale_b.double(), "bfloat16", K)
         assert check["ok"], (swapped, check)
+    # a column bias (a row bias of the swapped kernel) and an activation on the swapped path
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    PLANS.clear()
+    cb.scaled_mm(a, w.t(), sa, sb, bias=bias, activation="gelu_tanh", out=out)
+    assert PLANS.newest().swap
+    want = reference(exact * sa.double() * sb.double(), bias=bias.double(), activation="gelu_tanh")
+    check = compare_fp8(out, want, "bfloat16", K, activation="gelu_tanh")
+    assert check["ok"], check
 
 
 @pytest.mark.epilogue("fused")
