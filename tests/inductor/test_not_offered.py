@@ -72,3 +72,25 @@ def test_residual_alignment_is_decided_statically():
         check_gemm(a2, b2, arch="sm90a", sizes=Sizes(), residual=Operand((256, 128), (0, 1), "bfloat16"))
     assert not aligned(a2, b2, Operand((256, 128), (132, 1), "bfloat16"))  # 264-byte rows
     assert not aligned(a2, b2, Operand((256, 128), (128, 1), "bfloat16", offset=1))
+
+
+def test_swap_ab_is_offered_where_the_dispatcher_swaps():
+    """At a few hundred tokens the offer's first config is the dispatcher's swap-AB pick (16-bit,
+    and fp8 with scalar scales); fp8 with rowwise scales is offered no swapped config."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.inductor.eligibility import Operand, Sizes, check_gemm
+
+    a = Operand((192, 14336), (14336, 1), "bfloat16")
+    w_t = Operand((14336, 3712), (1, 14336), "bfloat16")  # nn.Linear's weight, transposed (K-major)
+    offer = check_gemm(a, w_t, arch="sm90a", sizes=Sizes())
+    assert offer.configs[0].swap_ab and offer.configs[0] == default_config(offer.problem)
+    a8 = Operand((192, 8192), (8192, 1), "float8_e4m3fn")
+    w8_t = Operand((8192, 9728), (1, 8192), "float8_e4m3fn")
+    scalar = Operand((), (), "float32")
+    offer = check_gemm(a8, w8_t, arch="sm90a", sizes=Sizes(), scale_a=scalar, scale_b=scalar)
+    assert offer.epilogue.scale_a == "scalar" and offer.configs[0].swap_ab
+    assert offer.configs[0] == default_config(offer.problem, epilogue=EpilogueSpec(scale_a="scalar", scale_b="scalar"))
+    rows, cols = Operand((192, 1), (1, 1), "float32"), Operand((1, 9728), (9728, 1), "float32")
+    offer = check_gemm(a8, w8_t, arch="sm90a", sizes=Sizes(), scale_a=rows, scale_b=cols)
+    assert offer.epilogue.scale_a == "row" and not any(c.swap_ab for c in offer.configs)
