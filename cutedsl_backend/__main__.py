@@ -67,7 +67,8 @@ def main(argv=None) -> int:
                     help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
     bi.add_argument("--dynamic", metavar="MS", help="instead: a SiLU MLP compiled once with dynamic=True and run "
-                    "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us")
+                    "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us: per M "
+                    "the timed call and its kernels' GPU time (a call slower than its kernels is host-bound)")
     bi.add_argument("--json")
     ss = sub.add_parser("sweep-shapes", help="model projections x the whole M range vs the peer (the perf gate)")
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
