@@ -336,14 +336,15 @@ class SwapModel:
 
 SWAP_MODEL = SwapModel()
 # precise FP8 (e4m3, every k-tile added in fp32; bf16 out; scalar scales), the 16-bit model's rates,
-# not refitted: on the H100's fp8 sweeps (`tune`: sweep-decode --space mid and --space swap --dtype
-# fp8_tensorwise at 128 and 192 tokens, 29 projections of 8 models) choosing between its swap pick
-# and FP8_MID_MODEL's took the geomean against torch._scaled_mm from 0.931 to 0.957 (128: 0.967 ->
-# 0.971, 192: 0.896 -> 0.944; cells below 0.90: 21 -> 16 of 58), the best measured candidate per
-# shape 1.028; it loses on the smallest projections (N and K 3-4.6k: e.g. 192x3584x14336 0.82 ->
-# 0.45) and wins most on the narrowest (N = 576 / 1536) and largest. Grid-searched rates fitted on
-# four models' projections did not carry to the other four (their swap-everywhere held-out geomean
-# was as good or better), nor did a minimum weight size. Measured at 128 and 192 tokens: its domain.
+# not refitted. Replayed on the H100's fp8 swap sweep (`sweep-decode --space swap --dtype
+# fp8_tensorwise --ms 128` and `192`, 29 projections of 8 models; each row times every swap
+# candidate and FP8_MID_MODEL's pick against one torch._scaled_mm timing), choosing between its
+# swap pick and FP8_MID_MODEL's takes the geomean from 0.893 to 0.925 (128: 0.921 -> 0.930, 192:
+# 0.866 -> 0.920; cells below 0.90: 28 -> 18 of 58; the best candidate per shape 0.980). It wins
+# most on the narrowest weights (N = 576: 0.58 -> 0.94-0.98) and the large ones at 192 tokens, and
+# loses where N is 3-4.6k (192x3584x14336: 0.70 -> 0.40; 4096x4096: 0.79-0.81 -> 0.74). Rates
+# grid-searched on four models' projections did not carry to the other four better than these, nor
+# did a minimum weight size. Measured at 128 and 192 tokens: its domain.
 FP8_SWAP_MODEL = SwapModel(max_m=192)
 # the operand classes (operand_class) whose swap-AB choice a model makes
 SWAP_MODELS = {"16bit": SWAP_MODEL, "fp8_precise": FP8_SWAP_MODEL}

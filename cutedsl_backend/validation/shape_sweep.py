@@ -23,8 +23,9 @@ from .model_shapes import SWEEP_DTYPES, operand_bytes, sweep_cells
 MIN_CELL_RATIO = 0.90
 ROUNDS = 3
 # a cell whose per-round ratios spread wider than this (max / min) is timed for another ROUNDS,
-# up to EXTRA_ROUND_SETS times: a transient stall of one side (seen on both, ours and cuBLAS:
-# one side's rounds 2-20x slower for a few hundred ms) would otherwise set the cell's ratio
+# up to EXTRA_ROUND_SETS times, the medians taken over all of them: a stall of one side (seen on
+# both, ours and cuBLAS: a cell's rounds 2-20x slower than the same cell in another run, unevenly
+# across the rounds) would otherwise set the cell's ratio
 MAX_ROUND_SPREAD = 1.10
 EXTRA_ROUND_SETS = 2
 HBM_TBPS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
