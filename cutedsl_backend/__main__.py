@@ -95,6 +95,11 @@ def main(argv=None) -> int:
     ct.add_argument("--min-gain", type=float, default=0.03,
                     help="keep an entry only where the fastest config beat the models' pick by more than this")
     ct.add_argument("-o", "--out", required=True, help="the table's JSON file")
+    rp = sub.add_parser("replay", help="score the dispatcher's current choices on stored sweep-decode rows (each "
+                        "row's own peer timing; no GPU needed): the sweep's picks, today's picks and the best")
+    rp.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
+    rp.add_argument("--gpu", help="rank with this GPU model's measured config table too (default: the models alone)")
+    rp.add_argument("--json", help="write the scored rows and summaries here")
     tu = sub.add_parser("tune", help="measure this GPU's config tables: the mid-size and swap-AB candidate sweeps "
                         "on the model projections, then one table per operand class (use them with "
                         "CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or copy them into cutedsl_backend/configs/tables/)")
@@ -241,6 +246,23 @@ def main(argv=None) -> int:
         gain = geomean(gains) if gains else 1.0
         print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
               f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
+        return 0
+    if args.cmd == "replay":
+        from .validation.replay import load_rows, replay
+
+        result = replay(load_rows(args.sweeps), gpu=args.gpu)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        if result["all"] is None:
+            print(f"no row timed the config the dispatcher picks now ({len(result['not_measured'])} rows)")
+            return 1
+        for label, s in [("all", result["all"])] + [(f"M = {m}", s) for m, s in result["per_m"].items()]:
+            print(f"{label:>8}: {s['cells']} cells; geomean vs the peer: the sweep's picks {s['swept_pick']:.3f}, "
+                  f"now {s['now']:.3f}, best {s['best']:.3f}; below 0.90: {s['below_gate_swept_pick']} -> "
+                  f"{s['below_gate_now']}")
+        if result["not_measured"]:
+            print(f"{len(result['not_measured'])} rows did not time the config the dispatcher picks now (not scored)")
         return 0
     if args.cmd == "tune":
         from .validation.tune import tune

@@ -1,0 +1,38 @@
+"""`python -m cutedsl_backend replay`: the dispatcher's current choices scored on stored sweep rows,
+each row against its own peer; rows that did not time today's choice are reported, not scored."""
+
+import gzip
+import json
+
+import pytest
+
+from cutedsl_backend.configs import default_config
+from cutedsl_backend.problem import GemmProblem
+from cutedsl_backend.validation.replay import load_rows, replay
+
+
+def _row(m, n, k, times, pick, peer=0.010, dtype="bfloat16"):
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": peer, "pick": pick, "times": times}
+
+
+def test_replay_scores_todays_pick_against_each_rows_own_peer(tmp_path):
+    now = default_config(GemmProblem(192, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")).name
+    assert now != "sm90a_cooperative_128x128xauto_c1x1_sauto_rn8"  # (the swept pick below stands apart)
+    scored = _row(192, 4096, 4096, {now: 0.008, "sm90a_cooperative_128x128xauto_c1x1_sauto_rn8": 0.0125,
+                                    "other": 0.005}, pick="sm90a_cooperative_128x128xauto_c1x1_sauto_rn8")
+    unmeasured = _row(128, 4096, 4096, {"sm90a_cooperative_128x128xauto_c1x1_sauto_rn8": 0.01},
+                      pick="sm90a_cooperative_128x128xauto_c1x1_sauto_rn8", peer=0.02)
+    path = tmp_path / "rows.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump([scored, unmeasured], f)
+    result = replay(load_rows([str(path)]))
+    assert result["all"]["cells"] == 1 and len(result["not_measured"]) == 1
+    assert result["all"]["swept_pick"] == pytest.approx(0.8) and result["all"]["now"] == pytest.approx(1.25)
+    assert result["all"]["best"] == pytest.approx(2.0)
+    assert result["all"]["below_gate_swept_pick"] == 1 and result["all"]["below_gate_now"] == 0
+    assert list(result["per_m"]) == [192]
+
+
+def test_replay_refuses_rows_of_an_unknown_dtype():
+    with pytest.raises(ValueError, match="row dtype"):
+        replay([_row(16, 64, 64, {"x": 1.0}, pick="x", dtype="float32")])
