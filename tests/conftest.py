@@ -39,6 +39,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu(arch): needs a GPU of that arch (sm90 or sm100)")
     config.addinivalue_line("markers", "compile: compiles CuTe DSL kernels on the CPU")
     config.addinivalue_line("markers", "epilogue(family): the epilogue family a GPU test covers (none, fused, scales)")
+    config.addinivalue_line("markers", "timing: times host or device work; GPU sessions run it alone, after the rest")
 
 
 def _family(item) -> str:
