@@ -142,6 +142,8 @@ def main(argv=None) -> int:
     fz.add_argument("--cases", type=int, default=300)
     fz.add_argument("--gated-cases", type=int, help="gemm_gated cases after the gemm ones (default: "
                     "validation.fuzz.gated_case_count, a third as many)")
+    fz.add_argument("--scaled-cases", type=int, help="scaled_mm cases after those (default: a third as many as "
+                    "--cases)")
     rr = sub.add_parser("render-report", help="write summary.md and report.html again from a report.json "
                         "(or report.json.gz)")
     rr.add_argument("report")
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
     if args.cmd == "fuzz":
         from .validation.fuzz import fuzz
 
-        return 1 if fuzz(args.seed, args.cases, gated_cases=args.gated_cases) else 0
+        return 1 if fuzz(args.seed, args.cases, gated_cases=args.gated_cases, scaled_cases=args.scaled_cases) else 0
     if args.cmd == "sweep-decode":
         from .validation.tuning_sweeps import sweep_decode
 

@@ -8,7 +8,8 @@ of a wrong shape, aliasing an input), and sometimes an explicit swap-AB config. 
 then either return what torch computes (checked against a float64 evaluation with the tolerance
 policy, output poisoned with NaN first) or raise :class:`UnsupportedGemmError`; any other
 exception, or a wrong value, is a finding.
-``gemm_gated``'s cases are drawn by validation.fuzz_gated and run after these.
+``gemm_gated``'s and ``scaled_mm``'s cases are drawn by validation.fuzz_gated and
+validation.fuzz_scaled and run after these.
 ``python -m cutedsl_backend fuzz`` runs it on a GPU; tests/gpu/test_fuzz_sm90.py runs a fixed seed.
 """
 
@@ -217,15 +218,20 @@ def gated_case_count(cases: int) -> int:
     return cases // 3
 
 
-def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] = None) -> list:
-    """Run ``cases`` cases of ``seed`` for ``gemm``, then ``gated_cases`` (default
-    :func:`gated_case_count`) for ``gemm_gated`` (validation.fuzz_gated); returns the findings
-    (empty: every case behaved)."""
+def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] = None,
+         scaled_cases: Optional[int] = None) -> list:
+    """Run ``cases`` cases of ``seed`` for ``gemm``, then ``gated_cases`` for ``gemm_gated``
+    (validation.fuzz_gated) and ``scaled_cases`` for ``scaled_mm`` (validation.fuzz_scaled; both
+    by default :func:`gated_case_count`, a third as many); returns the findings (empty: every case
+    behaved)."""
     from .fuzz_gated import draw_gated, run_gated_case
+    from .fuzz_scaled import draw_scaled, run_scaled_case
 
     gated_cases = gated_case_count(cases) if gated_cases is None else gated_cases
+    scaled_cases = gated_case_count(cases) if scaled_cases is None else scaled_cases
     runs = [("gemm", lambda i: run_case(draw(seed, i)), cases),
-            ("gemm_gated", lambda i: run_gated_case(draw_gated(seed, i)), gated_cases)]
+            ("gemm_gated", lambda i: run_gated_case(draw_gated(seed, i)), gated_cases),
+            ("scaled_mm", lambda i: run_scaled_case(draw_scaled(seed, i)), scaled_cases)]
     findings: list = []
     for what, run, count in runs:
         for i in range(count):
@@ -237,5 +243,6 @@ def fuzz(seed: int = 0, cases: int = 300, log=print, gated_cases: Optional[int] 
                     findings.append(f"fuzz seed {seed}: stopped after {what} case {i} (CUDA context lost)")
                     log(findings[-1])
                     return findings
-    log(f"fuzz seed {seed}: {cases} gemm and {gated_cases} gemm_gated cases, {len(findings)} findings")
+    log(f"fuzz seed {seed}: {cases} gemm, {gated_cases} gemm_gated and {scaled_cases} scaled_mm cases, "
+        f"{len(findings)} findings")
     return findings

@@ -114,10 +114,10 @@ def markdown(report: dict) -> str:
         out += ["", "## Fuzzer: not run (no GPU)"]
     if report.get("fuzz"):
         fz = report["fuzz"]
-        gated = fz.get("gated_cases", 0)
-        out += ["", f"## Fuzzer: {fz['cases']} gemm and {gated} gemm_gated random calls, {len(fz['findings'])} "
-                "findings", "", f"Replay: `python -m cutedsl_backend fuzz --seed {fz['seed']} --cases {fz['cases']} "
-                f"--gated-cases {gated}`"]
+        gated, scaled = fz.get("gated_cases", 0), fz.get("scaled_cases", 0)
+        out += ["", f"## Fuzzer: {fz['cases']} gemm, {gated} gemm_gated and {scaled} scaled_mm random calls, "
+                f"{len(fz['findings'])} findings", "", f"Replay: `python -m cutedsl_backend fuzz --seed {fz['seed']} "
+                f"--cases {fz['cases']} --gated-cases {gated} --scaled-cases {scaled}`"]
         out += [f"- {f}" for f in fz["findings"][:20]]
     if report.get("mutants"):
         mu = report["mutants"]
@@ -323,7 +323,8 @@ def html(report: dict) -> str:
     fz = report.get("fuzz")
     fuzz_html = "<h2>Fuzzer</h2><p>not run (no GPU)</p>"
     if fz:
-        fuzz_html = (f"<h2>Fuzzer</h2><p>{fz['cases']} gemm and {fz.get('gated_cases', 0)} gemm_gated random calls "
+        fuzz_html = (f"<h2>Fuzzer</h2><p>{fz['cases']} gemm, {fz.get('gated_cases', 0)} gemm_gated and "
+                     f"{fz.get('scaled_cases', 0)} scaled_mm random calls "
                      f"(seed {fz['seed']}), {len(fz['findings'])} findings"
                      + "".join(f"<br><code>{_esc(f)}</code>" for f in fz["findings"][:20]) + "</p>")
     env = report.get("environment", {})

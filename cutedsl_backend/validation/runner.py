@@ -195,7 +195,7 @@ def _progress(i, n, t0, what):
 
 
 # fuzz cases per tag; the seed is fixed per tag so that any finding replays with
-# `python -m cutedsl_backend fuzz --seed S --cases N --gated-cases G`
+# `python -m cutedsl_backend fuzz --seed S --cases N --gated-cases G --scaled-cases G`
 FUZZ_CASES = {"quick": 40, "standard": 300, "full": 3000}
 
 
@@ -206,8 +206,9 @@ def fuzz_gate(tag: str) -> dict:
     seed = stable_seed("fuzz", tag)
     t0 = time.time()
     cases, gated = FUZZ_CASES[tag], gated_case_count(FUZZ_CASES[tag])
-    findings = fuzz(seed, cases, log=lambda line: print(line, file=sys.stderr, flush=True), gated_cases=gated)
-    return {"seed": seed, "cases": cases, "gated_cases": gated, "findings": findings,
+    findings = fuzz(seed, cases, log=lambda line: print(line, file=sys.stderr, flush=True), gated_cases=gated,
+                    scaled_cases=gated)
+    return {"seed": seed, "cases": cases, "gated_cases": gated, "scaled_cases": gated, "findings": findings,
             "seconds": round(time.time() - t0, 1)}
 
 

@@ -1,5 +1,5 @@
 """The eager API fuzzed against torch's semantics on a Hopper GPU (cutedsl_backend.validation.fuzz:
-gemm's cases, then gemm_gated's): every drawn call returns torch's result within the tolerance
+gemm's cases, then gemm_gated's and scaled_mm's): every drawn call returns torch's result within the tolerance
 policy or raises UnsupportedGemmError; a finding names the case, replayable from (seed, index).
 Skipped, with the reason, without an sm90 GPU."""
 

@@ -98,7 +98,8 @@ def test_fuzz_findings_fail_the_report_and_replay(tmp_path, monkeypatch):
     from cutedsl_backend.validation import fuzz as fuzz_mod
     from cutedsl_backend.validation import runner
 
-    monkeypatch.setattr(fuzz_mod, "fuzz", lambda seed, cases, log=print, gated_cases=None: ["case 3: wrong result"])
+    monkeypatch.setattr(fuzz_mod, "fuzz", lambda seed, cases, log=print, gated_cases=None, scaled_cases=None: [
+        "case 3: wrong result"])
     fz = runner.fuzz_gate("quick")
     assert fz["cases"] == runner.FUZZ_CASES["quick"] and fz["findings"] == ["case 3: wrong result"]
     assert fz["seed"] == runner.fuzz_gate("quick")["seed"]  # fixed per tag: replayable
@@ -107,6 +108,7 @@ def test_fuzz_findings_fail_the_report_and_replay(tmp_path, monkeypatch):
                           "skips_by_reason": {}, "budgets": check_budgets([], load_budgets())}}
     paths = write_reports(report, tmp_path)
     md = paths["markdown"].read_text()
-    assert f"fuzz --seed {fz['seed']} --cases {fz['cases']} --gated-cases {fz['gated_cases']}" in md
+    assert (f"fuzz --seed {fz['seed']} --cases {fz['cases']} --gated-cases {fz['gated_cases']} "
+            f"--scaled-cases {fz['scaled_cases']}") in md
     assert "case 3: wrong result" in md
     assert "case 3: wrong result" in paths["html"].read_text()

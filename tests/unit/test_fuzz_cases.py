@@ -160,3 +160,91 @@ def test_the_gated_fuzz_passes_a_right_implementation_and_catches_a_wrong_one(mo
     assert any(f and "wrong result" in f and "concatenated bias" in f for f in wrong)
     monkeypatch.setattr(cb, "gemm_gated", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
     assert "KeyError" in fg.run_gated_case(fg.draw_gated(5, 0, device="cpu"))
+
+
+def test_scaled_cases_replay():
+    from cutedsl_backend.validation.fuzz_scaled import draw_scaled
+
+    a, b = draw_scaled(3, 17, device="cpu"), draw_scaled(3, 17, device="cpu")
+    assert a.describe() == b.describe() and torch.equal(a.a.float(), b.a.float())
+
+
+def test_scaled_cases_cover_the_input_kinds_and_refusals():
+    from cutedsl_backend.validation.fuzz_scaled import draw_scaled, scaled_reference
+
+    notes, refused, results = set(), 0, 0
+    for i in range(500):
+        case = draw_scaled(11, i, device="cpu")
+        notes.update(n.split()[-1] if n.startswith(("a ", "w ", "b ", "residual ")) else n for n in case.notes)
+        ref = scaled_reference(case)
+        if ref is None:
+            refused += 1
+        else:
+            results += 1
+            assert ref.dtype == torch.float64
+    for kind in ("transposed", "offset", "expanded", "strided", "float8_e4m3fnxfloat8_e4m3fn",
+                 "float8_e5m2xfloat8_e5m2", "tensorwise scales", "one-element scales", "rowwise scales",
+                 "wrong shape scales", "wrong dtype scales", "row-major b", "K mismatch", "col bias", "row bias",
+                 "bias of a wrong length", "out", "strided out", "out of another shape", "requires grad on residual",
+                 "config"):
+        assert kind in notes, (kind, sorted(notes))
+    assert refused > 0 and results > refused
+
+
+def _torch_scaled_mm(a, b, scale_a, scale_b, *, bias=None, activation=None, residual=None, beta=1.0,
+                     out_dtype=torch.bfloat16, use_fast_accum=False, config=None, out=None, drop_scale_b=False):
+    """A stand-in for cutedsl_backend.scaled_mm with its documented semantics, written apart from
+    the fuzzer's oracle: scales as (M, 1) / (1, N) columns and rows, refusals by name."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.epilogue import torch_activation
+
+    def refuse(why):
+        raise cb.UnsupportedGemmError(why)
+
+    m, k = a.shape
+    if b.shape[0] != k:
+        refuse("shape")
+    n = b.shape[1]
+    if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
+        refuse("scale dtype")
+    if scale_a.numel() != 1 and tuple(scale_a.shape) != (m, 1):
+        refuse("scale_a shape")
+    if scale_b.numel() != 1 and tuple(scale_b.shape) != (1, n):
+        refuse("scale_b shape")
+    sa = scale_a.double().reshape(-1, 1) if scale_a.numel() != 1 else scale_a.double().reshape(())
+    sb = scale_b.double().reshape(1, -1) if scale_b.numel() != 1 else scale_b.double().reshape(())
+    if drop_scale_b:
+        sb = torch.ones((), dtype=torch.float64)
+    if residual is not None and residual.requires_grad:
+        refuse("autograd")
+    y = (a.double() @ b.double()) * sa * sb
+    if bias is not None:
+        if tuple(bias.shape) not in ((n,), (m, 1)):
+            refuse("bias shape")
+        y = y + bias.double()
+    if residual is not None:
+        y = y + beta * residual.double()
+    if activation:
+        y = torch_activation(activation)(y)
+    y = y.to(out_dtype)
+    if out is not None:
+        if tuple(out.shape) != (m, n):
+            refuse("out shape")
+        return out.copy_(y)
+    return y
+
+
+def test_the_scaled_fuzz_passes_a_right_implementation_and_catches_a_wrong_one(monkeypatch):
+    """The harness can fail: a stand-in that drops scale_b is caught, one with the documented
+    semantics (written apart from the oracle) is not, nor is a refusal by name."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation import fuzz_scaled as fs
+
+    monkeypatch.setattr(cb, "scaled_mm", _torch_scaled_mm)
+    right = [fs.run_scaled_case(fs.draw_scaled(5, i, device="cpu")) for i in range(150)]
+    assert [f for f in right if f] == []
+    monkeypatch.setattr(cb, "scaled_mm", lambda *a, **k: _torch_scaled_mm(*a, **k, drop_scale_b=True))
+    wrong = [fs.run_scaled_case(fs.draw_scaled(5, i, device="cpu")) for i in range(150)]
+    assert any(f and "wrong result" in f for f in wrong)
+    monkeypatch.setattr(cb, "scaled_mm", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
+    assert "KeyError" in fs.run_scaled_case(fs.draw_scaled(5, 0, device="cpu"))
