@@ -54,12 +54,14 @@ def _extent(rng: random.Random) -> int:
     return rng.choice([0, 1, 1, 2, 3, 7, 8, 16, 24, 40, 64, 96, 100, 128, 136, 200, 256, 264, 520])
 
 
-def _view(rng: random.Random, shape: tuple, dtype, device, notes: list, what: str, gen):
+def _view(rng: random.Random, shape: tuple, dtype, device, notes: list, what: str, gen,
+          weights: tuple = (5, 3, 2, 1, 1)):
     """A tensor of ``shape`` (values randn) as a user might pass it: contiguous, transposed in its
-    last two dims, at an offset into a larger buffer, or expanded from a single row/column."""
+    last two dims, at an offset into a larger buffer, expanded from a single row/column, or
+    strided (drawn with ``weights`` in that order)."""
     import torch
 
-    kind = rng.choices(["contiguous", "transposed", "offset", "expanded", "strided"], [5, 3, 2, 1, 1])[0]
+    kind = rng.choices(["contiguous", "transposed", "offset", "expanded", "strided"], weights)[0]
     notes.append(f"{what} {kind}")
     if kind == "transposed" and len(shape) >= 2:
         base = torch.randn(*shape[:-2], shape[-1], shape[-2], device=device, generator=gen).to(dtype)

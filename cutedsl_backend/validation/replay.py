@@ -35,7 +35,7 @@ def _problem_and_spec(row: dict):
     from ..epilogue import EpilogueSpec
     from ..problem import GemmProblem
 
-    dtype = row["dtype"]
+    dtype = row.get("dtype", "bfloat16")  # (rows of sweeps from before the field: bf16, their only mode)
     if SWEEP_OPERANDS.get(dtype) is None:
         raise ValueError(f"row dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
     fp8 = dtype.startswith("fp8")

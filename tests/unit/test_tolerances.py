@@ -164,3 +164,21 @@ def test_the_second_term_widens_only_the_accumulation_allowance():
     out[5, 7] += 1.5 * (one.rtol * abs(float(ref[5, 7])) + one.atol * scale)
     assert not compare(out.float(), ref, "float32", 4096, "silu", tc_acc_len=4096)["ok"]
     assert compare(out.float(), ref, "float32", 4096, "silu", tc_acc_len=4096, terms=GATED_TERMS)["ok"]
+
+
+def test_fp8_bounds_follow_the_products_where_they_cancel():
+    """A 1x1 FP8 result whose products cancel to near zero carries the accumulation error of the
+    products, not of the result: held to their magnitude it passes, held to its own value it
+    would not; a result off by a dropped scale still fails."""
+    import torch
+
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    a = torch.tensor([[1.0, -1.0] * 32], dtype=torch.float64)  # K = 64, products +-1
+    b = torch.tensor([[1.0] * 63 + [0.9375]], dtype=torch.float64).t()
+    ref = a @ b  # 0.0625 from products of magnitude sqrt(64) = 8
+    magnitude = ((a * a) @ (b * b)).sqrt()
+    got = ref + 8 * 2e-4  # an accumulation error of the products' size, ~14-bit tensor-core sums
+    assert not compare_fp8(got, ref, "float32", 64)["ok"]
+    assert compare_fp8(got, ref, "float32", 64, magnitude=magnitude)["ok"]
+    assert not compare_fp8(ref * 2.0, ref, "float32", 64, magnitude=magnitude)["ok"]  # off by a scale of 2
