@@ -68,7 +68,8 @@ def main(argv=None) -> int:
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
     bi.add_argument("--dynamic", metavar="MS", help="instead: a SiLU MLP compiled once with dynamic=True and run "
                     "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us: per M "
-                    "the timed call and its kernels' GPU time (a call slower than its kernels is host-bound)")
+                    "the timed call and its GPU time (calls queued behind a GPU sleep; a timed call slower than "
+                    "that is host-bound)")
     bi.add_argument("--json")
     ss = sub.add_parser("sweep-shapes", help="model projections x the whole M range vs the peer (the perf gate)")
     ss.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     sd.add_argument("--json", help="write the rows here")
     ct = sub.add_parser("config-table", help="a measured config table (configs/tables/) for one GPU model from "
                         "sweep-decode --json files run on it (one operand class: bf16, or fp8 tensorwise)")
-    ct.add_argument("sweeps", nargs="+", help="sweep-decode --json files")
+    ct.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
     ct.add_argument("--gpu", required=True,
                     help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')
     ct.add_argument("--source", required=True, help="the commands and code version that produced the sweeps")
@@ -237,8 +238,9 @@ def main(argv=None) -> int:
     if args.cmd == "config-table":
         from .configs.measured import table_from_sweeps
         from .validation.bench import geomean
+        from .validation.tuning_sweeps import load_sweep_rows
 
-        rows = [row for path in args.sweeps for row in json.loads(open(path).read())]
+        rows = load_sweep_rows(args.sweeps)
         table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
         with open(args.out, "w") as f:
             json.dump(table.to_json(), f, indent=1)
@@ -250,9 +252,10 @@ def main(argv=None) -> int:
               f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
         return 0
     if args.cmd == "replay":
-        from .validation.replay import load_rows, replay
+        from .validation.replay import replay
+        from .validation.tuning_sweeps import load_sweep_rows
 
-        result = replay(load_rows(args.sweeps), gpu=args.gpu)
+        result = replay(load_sweep_rows(args.sweeps), gpu=args.gpu)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)

@@ -347,15 +347,16 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     ``torch.compile(mode="max-autotune", dynamic=True)`` per variant (fresh Inductor cache), then run
     at every M of ``ms``: the compile + autotune time of the first call, and per M the median time
     per call (do_bench over the compiled module; where the module's host work outlasts its GPU
-    work, that time is the host's), the GPU's own time per call (``device_ms``: its kernels, from
-    the profiler) and the error against float64. Rows per variant with ``speedup_vs_aten_triton``
-    per M for ours."""
+    work, that time is the host's), the GPU's own time per call (``device_ms``: the calls queued
+    behind a GPU sleep, inductor.device_timing) and the error against float64. Rows per variant
+    with ``speedup_vs_aten_triton`` per M for ours."""
     import torch
     import torch._dynamo
     from torch._inductor.utils import fresh_cache
 
     import cutedsl_backend.inductor as cbi
 
+    from ..inductor.device_timing import device_ms_per_call
     from .bench import _median_ms
 
     dt = getattr(torch, dtype)
@@ -393,7 +394,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                         compiled(x)
                     ref = ref_mod(x.double())
                     per_m[m] = {"ms": _median_ms(lambda: compiled(x), warmup=25, rep=200),
-                                "device_ms": _kernel_ms_per_call(lambda: compiled(x)),
+                                "device_ms": device_ms_per_call(lambda: compiled(x)),
                                 "rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
         finally:
             cbi.disable()
@@ -411,28 +412,9 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                 per_m[m]["speedup_vs_aten_triton"] = base["per_m"][m]["ms"] / per_m[m]["ms"]
         log(f"silu_mlp dynamic {variant:14s} compile {compile_s:7.2f} s  " + "  ".join(
             f"M={m}: {v['ms']:.4f} ms" + (f" ({v['speedup_vs_aten_triton']:.3f}x)" if "speedup_vs_aten_triton" in v
-                                          else "") + f" [kernels {v['device_ms']:.4f} ms]" for m, v in per_m.items()))
+                                          else "") + f" [device {v['device_ms']:.4f} ms]" for m, v in per_m.items()))
         rows.append(row)
     return rows
-
-
-def _kernel_ms_per_call(fn, calls: int = 20) -> float:
-    """The GPU kernels' own time per call of ``fn`` (the profiler's device time of every kernel,
-    summed over ``calls`` calls): what the call costs the GPU, without the host time between its
-    launches that a wall-clock or event timing of a host-bound call includes. A call slower than
-    its kernels is host-bound."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total_us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
-                   for e in prof.key_averages())
-    return total_us / 1e3 / calls
 
 
 def _cudagraph_skips() -> int:

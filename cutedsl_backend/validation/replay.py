@@ -11,37 +11,11 @@ measured, not scored.
 
 from __future__ import annotations
 
-import gzip
-import json
-from typing import Iterable, Optional
+from typing import Optional
 
-from ..configs.measured import SWEEP_OPERANDS
 from .bench import geomean
-
-GATE = 0.90  # the perf gate's cell floor (shape_sweep.MIN_CELL_RATIO), for the "below" counts
-
-
-def load_rows(paths: Iterable[str]) -> list:
-    """The rows of ``sweep-decode --json`` files (``.json`` or ``.json.gz``)."""
-    rows: list = []
-    for path in paths:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            rows += json.load(f)
-    return rows
-
-
-def _problem_and_spec(row: dict):
-    from ..epilogue import EpilogueSpec
-    from ..problem import GemmProblem
-
-    dtype = row.get("dtype", "bfloat16")  # (rows of sweeps from before the field: bf16, their only mode)
-    if SWEEP_OPERANDS.get(dtype) is None:
-        raise ValueError(f"row dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
-    fp8 = dtype.startswith("fp8")
-    problem = GemmProblem(row["m"], row["n"], row["k"], 1, "float8_e4m3fn" if fp8 else "bfloat16", "bfloat16",
-                          "k", "k", "sm90a", fast_accum=dtype == "fp8_tensorwise_fast")
-    return problem, (EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None)
+from .shape_sweep import MIN_CELL_RATIO as GATE
+from .tuning_sweeps import sweep_problem
 
 
 def replay(rows: list, gpu: Optional[str] = None) -> dict:
@@ -53,7 +27,8 @@ def replay(rows: list, gpu: Optional[str] = None) -> dict:
 
     scored, missing = [], []
     for row in rows:
-        problem, spec = _problem_and_spec(row)
+        # (rows of sweeps from before the dtype field: bf16, their only mode)
+        problem, spec = sweep_problem(row.get("dtype", "bfloat16"), row["m"], row["n"], row["k"])
         now = default_config(problem, epilogue=spec, gpu=gpu)
         times = row["times"]
         if now.name not in times or row["pick"] not in times:

@@ -1,7 +1,7 @@
 """``python -m cutedsl_backend tune``: measure this GPU's config tables (configs.measured).
 
 Runs the candidate sweeps the tables are made from (:func:`.tuning_sweeps.sweep_decode`: the
-mid-size space in bf16 and in e4m3 with fp32 accumulation, the swap-AB space in bf16) on the
+mid-size and swap-AB spaces in bf16 and in e4m3 with fp32 accumulation) on the
 public models' projections, then writes the rows and one table per operand class into a
 directory. Point ``CUTEDSL_BACKEND_CONFIG_TABLES`` at it to use the tables, or copy them into
 ``cutedsl_backend/configs/tables/`` to ship them.

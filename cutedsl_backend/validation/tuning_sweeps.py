@@ -194,6 +194,33 @@ def swap_candidates(arch: str = "sm90a") -> list:
     return SwapModel.candidates(arch)
 
 
+def sweep_problem(dtype: str, m: int, n: int, k: int):
+    """(problem, epilogue spec) a ``sweep-decode`` row of ``dtype`` (:data:`SWEEP_OPERANDS`) times:
+    nn.Linear's layout on sm90a, bf16 out; e4m3 with scalar scales for the fp8 dtypes."""
+    from ..configs.measured import SWEEP_OPERANDS
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    if dtype not in SWEEP_OPERANDS:
+        raise ValueError(f"sweep row dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
+    fp8 = dtype.startswith("fp8")
+    problem = GemmProblem(m, n, k, 1, "float8_e4m3fn" if fp8 else "bfloat16", "bfloat16", "k", "k", "sm90a",
+                          fast_accum=dtype == "fp8_tensorwise_fast")
+    return problem, (EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None)
+
+
+def load_sweep_rows(paths) -> list:
+    """The rows of ``sweep-decode --json`` files (``.json`` or ``.json.gz``)."""
+    import gzip
+    import json
+
+    rows: list = []
+    for path in paths:
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+            rows += json.load(f)
+    return rows
+
+
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
                  dtype: str = "bfloat16", checkpoint=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
@@ -212,22 +239,16 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     import cutedsl_backend as cb
 
     from ..configs import default_config, is_valid, rank_configs
-    from ..configs.measured import SWEEP_OPERANDS
-    from ..epilogue import EpilogueSpec
-    from ..problem import GemmProblem
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
 
-    if dtype not in SWEEP_OPERANDS:
-        raise ValueError(f"dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
+    _, spec = sweep_problem(dtype, 1, 1, 1)  # (checks the dtype)
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
-    kdtype = "float8_e4m3fn" if fp8 else "bfloat16"
-    spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
     cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
 
     def linear(m, n, k):
-        return GemmProblem(m, n, k, 1, kdtype, "bfloat16", "k", "k", "sm90a", fast_accum=fast)
+        return sweep_problem(dtype, m, n, k)[0]
 
     def kernel_problem(problem, c):  # a swap-AB config compiles (and is checked) for the swapped problem
         return problem.swapped() if c.swap_ab else problem

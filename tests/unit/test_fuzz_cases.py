@@ -9,22 +9,29 @@ torch = pytest.importorskip("torch")
 from cutedsl_backend.validation.fuzz import draw, torch_reference  # noqa: E402
 
 
+def _survey(draw_case, reference, count: int, operands: tuple) -> tuple:
+    """Over cases 0..count-1 of seed 11: the kinds drawn (an operand's view named by its last
+    word), how many the oracle refuses and how many it computes (always in float64)."""
+    notes, refused, results = set(), 0, 0
+    for i in range(count):
+        case = draw_case(11, i, device="cpu")
+        notes.update(n.split()[-1] if n.startswith(tuple(f"{o} " for o in operands)) else n for n in case.notes)
+        ref = reference(case)
+        if ref is None:
+            refused += 1
+        else:
+            results += 1
+            assert ref.dtype == torch.float64
+    return notes, refused, results
+
+
 def test_cases_replay():
     a, b = draw(3, 17, device="cpu"), draw(3, 17, device="cpu")
     assert a.describe() == b.describe() and torch.equal(a.a, b.a)
 
 
 def test_cases_cover_the_input_kinds_and_torch_refusals():
-    notes, refused, results = set(), 0, 0
-    for i in range(400):
-        case = draw(11, i, device="cpu")
-        notes.update(n.split()[-1] if n.startswith(("a ", "b ", "residual ")) else n for n in case.notes)
-        ref = torch_reference(case)
-        if ref is None:
-            refused += 1
-        else:
-            results += 1
-            assert ref.dtype == torch.float64
+    notes, refused, results = _survey(draw, torch_reference, 400, ("a", "b", "residual"))
     for kind in ("transposed", "offset", "expanded", "strided", "col bias", "row bias", "out", "strided out",
                  "out of another shape", "bias at a 2-byte offset", "K mismatch", "swap-AB"):
         assert kind in notes, (kind, sorted(notes))
@@ -80,16 +87,7 @@ def test_gated_cases_replay():
 def test_gated_cases_cover_the_input_kinds_and_torch_refusals():
     from cutedsl_backend.validation.fuzz_gated import draw_gated, gated_reference
 
-    notes, refused, results = set(), 0, 0
-    for i in range(500):
-        case = draw_gated(11, i, device="cpu")
-        notes.update(n.split()[-1] if n.startswith(("a ", "w_gate ", "w_up ")) else n for n in case.notes)
-        ref = gated_reference(case)
-        if ref is None:
-            refused += 1
-        else:
-            results += 1
-            assert ref.dtype == torch.float64
+    notes, refused, results = _survey(draw_gated, gated_reference, 500, ("a", "w_gate", "w_up"))
     for kind in ("transposed", "offset", "expanded", "strided", "concatenated", "padded w_gate_up", "float8_e4m3fn",
                  "rowwise scales", "tensorwise scales", "biases", "gate bias", "concatenated bias",
                  "bias of a wrong length", "weight shape mismatch", "out", "strided out", "out of another shape",
@@ -172,16 +170,7 @@ def test_scaled_cases_replay():
 def test_scaled_cases_cover_the_input_kinds_and_refusals():
     from cutedsl_backend.validation.fuzz_scaled import draw_scaled, scaled_reference
 
-    notes, refused, results = set(), 0, 0
-    for i in range(500):
-        case = draw_scaled(11, i, device="cpu")
-        notes.update(n.split()[-1] if n.startswith(("a ", "w ", "b ", "residual ")) else n for n in case.notes)
-        ref = scaled_reference(case)
-        if ref is None:
-            refused += 1
-        else:
-            results += 1
-            assert ref.dtype == torch.float64
+    notes, refused, results = _survey(draw_scaled, scaled_reference, 500, ("a", "w", "b", "residual"))
     for kind in ("transposed", "offset", "expanded", "strided", "float8_e4m3fnxfloat8_e4m3fn",
                  "float8_e5m2xfloat8_e5m2", "tensorwise scales", "one-element scales", "rowwise scales",
                  "wrong shape scales", "wrong dtype scales", "row-major b", "K mismatch", "col bias", "row bias",

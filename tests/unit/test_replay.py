@@ -8,7 +8,8 @@ import pytest
 
 from cutedsl_backend.configs import default_config
 from cutedsl_backend.problem import GemmProblem
-from cutedsl_backend.validation.replay import load_rows, replay
+from cutedsl_backend.validation.replay import replay
+from cutedsl_backend.validation.tuning_sweeps import load_sweep_rows
 
 
 def _row(m, n, k, times, pick, peer=0.010, dtype="bfloat16"):
@@ -25,7 +26,7 @@ def test_replay_scores_todays_pick_against_each_rows_own_peer(tmp_path):
     path = tmp_path / "rows.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump([scored, unmeasured], f)
-    result = replay(load_rows([str(path)]))
+    result = replay(load_sweep_rows([str(path)]))
     assert result["all"]["cells"] == 1 and len(result["not_measured"]) == 1
     assert result["all"]["swept_pick"] == pytest.approx(0.8) and result["all"]["now"] == pytest.approx(1.25)
     assert result["all"]["best"] == pytest.approx(2.0)
