@@ -63,8 +63,10 @@ def main(argv=None) -> int:
     bi.add_argument("--loss-rows", action="store_true",
                     help="with --isolated: add a cold row where every fused chain loses (its GEMM then "
                          "autotuned with ATen only)")
-    bi.add_argument("--rounds", type=int, default=1,
-                    help="with --isolated: repeat the rows this many times (fresh kernel cache each), report medians")
+    bi.add_argument("--rounds", type=int, default=None,
+                    help="with --isolated: repeat the rows this many times (fresh kernel cache each), report "
+                         "medians (default 1); with --dynamic: timing rounds per M, the variants alternated "
+                         "(default 5)")
     bi.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
     bi.add_argument("--dynamic", metavar="MS", help="instead: a SiLU MLP compiled once with dynamic=True and run "
                     "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us: per M "
@@ -356,23 +358,23 @@ def main(argv=None) -> int:
         from .validation.bench_inductor import bench_inductor, bench_inductor_isolated
 
         blocks = tuple(args.blocks.split(","))
+        if args.rounds is not None and args.rounds < 1:
+            bi.error("--rounds must be at least 1")
         if args.dynamic:
             from .validation.bench_inductor import bench_inductor_dynamic
 
             rows = bench_inductor_dynamic(tuple(int(m) for m in args.dynamic.split(",")), args.d, args.hidden,
-                                          args.dtype)
+                                          args.dtype, rounds=args.rounds or 5)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1)
             return 0
-        if not args.isolated and (args.rounds != 1 or args.rows):
+        if not args.isolated and (args.rounds not in (None, 1) or args.rows):
             bi.error("--rounds and --rows need --isolated")
-        if args.rounds < 1:
-            bi.error("--rounds must be at least 1")
         if args.isolated:
             rows = bench_inductor_isolated(args.tokens, args.d, args.hidden, args.dtype, blocks,
                                            loss_rows=args.loss_rows,
-                                           rounds=args.rounds,
+                                           rounds=args.rounds or 1,
                                            rows_between=tuple(args.rows.split(",")) if args.rows else None)
         else:
             rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),

@@ -342,14 +342,19 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
 
 def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                            variants=("aten+triton", "cutedsl cold"), log=print,
-                           kernel_dir: Optional[str] = None) -> list:
-    """A SiLU MLP (``x + down(silu(up(x)))``, d -> hidden -> d) compiled once with
-    ``torch.compile(mode="max-autotune", dynamic=True)`` per variant (fresh Inductor cache), then run
-    at every M of ``ms``: the compile + autotune time of the first call, and per M the median time
-    per call (do_bench over the compiled module; where the module's host work outlasts its GPU
-    work, that time is the host's), the GPU's own time per call (``device_ms``: the calls queued
-    behind a GPU sleep, inductor.device_timing) and the error against float64. Rows per variant
-    with ``speedup_vs_aten_triton`` per M for ours."""
+                           kernel_dir: Optional[str] = None, rounds: int = 5) -> list:
+    """A SiLU MLP (``x + down(silu(up(x)))``, d -> hidden -> d) compiled once per variant with
+    ``torch.compile(mode="max-autotune", dynamic=True)`` (fresh Inductor cache each), then run at
+    every M of ``ms``. Every variant stays compiled in this process (each its own entry function,
+    so Dynamo keeps both), and per M the variants are timed alternately for ``rounds`` rounds on
+    the same input: the median time per call (do_bench over the compiled module; where the
+    module's host work outlasts its GPU work, that time is the host's) and the GPU's own time per
+    call (``device_ms``: the calls queued behind a GPU sleep, inductor.device_timing), each the
+    median of the rounds with the rounds' range; the error against float64. A recompile while
+    timing raises (every M must run the graph compiled at the first call). Rows per variant with
+    ``speedup_vs_aten_triton`` and ``device_speedup_vs_aten_triton`` per M for ours."""
+    import statistics
+
     import torch
     import torch._dynamo
     from torch._inductor.utils import fresh_cache
@@ -370,51 +375,91 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     ref_mod = copy.deepcopy(mod).double()
     xs = {m: torch.randn(m, d, device="cuda", generator=g).to(dt) for m in ms}
     kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
-    rows, base = [], None
+    os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
+    _clear_our_memory_caches()
+    torch._dynamo.reset()
+    fallbacks0 = cbi.stats()["runtime_fallbacks"]
+    skips0 = _cudagraph_skips()
+    rows, compiled = [], {}
     for variant in variants:
-        os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
-        _clear_our_memory_caches()
-        torch._dynamo.reset()
-        fallbacks0 = cbi.stats()["runtime_fallbacks"]
-        skips0 = _cudagraph_skips()
-        per_m = {}
+        entry = _distinct_entry(mod)
         try:
             with fresh_cache(), torch.no_grad():
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 if variant != "aten+triton":
                     cbi.enable()
-                compiled = torch.compile(mod, mode="max-autotune", dynamic=True)
-                compiled(xs[ms[0]])
+                compiled[variant] = torch.compile(entry, mode="max-autotune", dynamic=True)
+                compiled[variant](xs[ms[0]])
                 torch.cuda.synchronize()
-                compile_s = time.perf_counter() - t0
-                for m, x in xs.items():
-                    out = compiled(x).clone()
-                    for _ in range(3):
-                        compiled(x)
-                    ref = ref_mod(x.double())
-                    per_m[m] = {"ms": _median_ms(lambda: compiled(x), warmup=25, rep=200),
-                                "device_ms": device_ms_per_call(lambda: compiled(x)),
-                                "rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
+                rows.append({"block": "silu_mlp_dynamic", "variant": variant,
+                             "compile_s": time.perf_counter() - t0, "per_m": {}})
         finally:
             cbi.disable()
-        row = {"block": "silu_mlp_dynamic", "variant": variant, "compile_s": compile_s, "per_m": per_m,
-               "runtime_fallbacks": cbi.stats()["runtime_fallbacks"] - fallbacks0,
-               "cudagraph_skips": _cudagraph_skips() - skips0}
-        if row["cudagraph_skips"]:
-            log(f"silu_mlp dynamic {variant}: WARNING: Inductor skipped CUDA graphs {row['cudagraph_skips']} "
-                "time(s): the times per call include launch overhead")
-        if variant == "aten+triton":
-            base = row
-        elif base is not None:
-            row["compile_ratio_vs_aten_triton"] = compile_s / base["compile_s"]
-            for m in ms:
-                per_m[m]["speedup_vs_aten_triton"] = base["per_m"][m]["ms"] / per_m[m]["ms"]
-        log(f"silu_mlp dynamic {variant:14s} compile {compile_s:7.2f} s  " + "  ".join(
-            f"M={m}: {v['ms']:.4f} ms" + (f" ({v['speedup_vs_aten_triton']:.3f}x)" if "speedup_vs_aten_triton" in v
-                                          else "") + f" [device {v['device_ms']:.4f} ms]" for m, v in per_m.items()))
-        rows.append(row)
+    times = {(v, m): {"ms": [], "device_ms": []} for v in variants for m in ms}
+    with torch._dynamo.config.patch(error_on_recompile=True), torch.no_grad():
+        for m, x in xs.items():
+            ref = ref_mod(x.double())
+            for row in rows:
+                fn = compiled[row["variant"]]
+                out = fn(x).clone()
+                for _ in range(3):
+                    fn(x)
+                row["per_m"][m] = {"rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
+            for _ in range(rounds):
+                for variant in variants:
+                    fn = compiled[variant]
+                    times[variant, m]["ms"].append(_median_ms(lambda: fn(x), warmup=25, rep=100))
+                    times[variant, m]["device_ms"].append(device_ms_per_call(lambda: fn(x)))
+    fallbacks = cbi.stats()["runtime_fallbacks"] - fallbacks0
+    skips = _cudagraph_skips() - skips0
+    base = rows[0] if rows and rows[0]["variant"] == "aten+triton" else None
+    for row in rows:
+        row.update(runtime_fallbacks=fallbacks, cudagraph_skips=skips, rounds=rounds)
+        for m in ms:
+            cell = row["per_m"][m]
+            for key in ("ms", "device_ms"):
+                series = times[row["variant"], m][key]
+                cell[key], cell[key + "_range"] = statistics.median(series), [min(series), max(series)]
+            if base is not None and row is not base:
+                b = base["per_m"][m]
+                cell["speedup_vs_aten_triton"] = b["ms"] / cell["ms"]
+                cell["device_speedup_vs_aten_triton"] = b["device_ms"] / cell["device_ms"]
+                # per round, the ratio of the pair timed back to back: the spread the medians hide
+                pairs = [(times[base["variant"], m][k], times[row["variant"], m][k]) for k in ("ms", "device_ms")]
+                cell["speedup_range"] = _ratio_range(*pairs[0])
+                cell["device_speedup_range"] = _ratio_range(*pairs[1])
+        if base is not None and row is not base:
+            row["compile_ratio_vs_aten_triton"] = row["compile_s"] / base["compile_s"]
+    if skips:
+        log(f"silu_mlp dynamic: WARNING: Inductor skipped CUDA graphs {skips} time(s): the times per call "
+            "include launch overhead")
+    for row in rows:
+        log(f"silu_mlp dynamic {row['variant']:14s} compile {row['compile_s']:7.2f} s"
+            + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else ""))
+        for m, v in row["per_m"].items():
+            text = f"  M={m:<6d} {v['ms']:.4f} ms [device {v['device_ms']:.4f} ms]"
+            if "speedup_vs_aten_triton" in v:
+                text += (f"  {v['speedup_vs_aten_triton']:.3f}x (rounds {v['speedup_range'][0]:.3f}-"
+                         f"{v['speedup_range'][1]:.3f}), device {v['device_speedup_vs_aten_triton']:.3f}x "
+                         f"({v['device_speedup_range'][0]:.3f}-{v['device_speedup_range'][1]:.3f})")
+            log(text + f"  rel err {v['rel_l2_vs_fp64']:.2e}")
     return rows
+
+
+def _distinct_entry(mod):
+    """A new function calling ``mod``, with a code object of its own: Dynamo caches compiled
+    graphs per code object, so each variant compiled through its own entry keeps its graph while
+    the others compile (compiling ``mod`` itself twice would need a Dynamo reset in between)."""
+    namespace = {"mod": mod}
+    exec(compile("def entry(x):\n    return mod(x)\n", f"<bench-inductor entry {id(namespace)}>", "exec"),
+         namespace)
+    return namespace["entry"]
+
+
+def _ratio_range(base: list, ours: list) -> list:
+    ratios = [b / o for b, o in zip(base, ours)]
+    return [min(ratios), max(ratios)]
 
 
 def _cudagraph_skips() -> int:

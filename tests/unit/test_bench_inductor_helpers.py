@@ -99,3 +99,43 @@ def test_cudagraph_skips_follow_inductors_counter():
         assert bi._cudagraph_skips() == before + 2
     finally:
         counters["inductor"]["cudagraph_skips"] -= 2
+
+
+def test_each_variant_keeps_its_own_compiled_graph():
+    """--dynamic compiles one module once per variant and then alternates them: each entry must
+    keep its own graph (no recompile, no reuse of the other variant's graph)."""
+    import torch
+    import torch._dynamo
+
+    from cutedsl_backend.validation.bench_inductor import _distinct_entry
+
+    mod = torch.nn.Linear(8, 4)
+    first, second = _distinct_entry(mod), _distinct_entry(mod)
+    assert first.__code__ is not second.__code__
+    compiled_by = []
+
+    def backend(name):
+        def compile_fx(gm, example_inputs):
+            compiled_by.append(name)
+            return gm.forward
+        return compile_fx
+
+    torch._dynamo.reset()
+    a = torch.compile(first, backend=backend("first"), dynamic=True)
+    b = torch.compile(second, backend=backend("second"), dynamic=True)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(a(x), mod(x))
+    torch.testing.assert_close(b(x), mod(x))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for m in (5, 7, 3):
+            x = torch.randn(m, 8)
+            torch.testing.assert_close(a(x), mod(x))
+            torch.testing.assert_close(b(x), mod(x))
+    assert compiled_by == ["first", "second"]
+    torch._dynamo.reset()
+
+
+def test_ratio_range_pairs_rounds():
+    from cutedsl_backend.validation.bench_inductor import _ratio_range
+
+    assert _ratio_range([2.0, 3.0, 4.0], [1.0, 3.0, 5.0]) == [0.8, 2.0]
