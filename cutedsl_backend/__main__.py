@@ -363,8 +363,10 @@ def main(argv=None) -> int:
         if args.dynamic:
             from .validation.bench_inductor import bench_inductor_dynamic
 
-            rows = bench_inductor_dynamic(tuple(int(m) for m in args.dynamic.split(",")), args.d, args.hidden,
-                                          args.dtype, rounds=args.rounds or 5)
+            token_counts = tuple(int(m) for m in args.dynamic.split(","))
+            if min(token_counts) < 2:
+                bi.error("--dynamic: token counts must be at least 2 (Dynamo compiles M = 0 and 1 apart)")
+            rows = bench_inductor_dynamic(token_counts, args.d, args.hidden, args.dtype, rounds=args.rounds or 5)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1)

@@ -345,19 +345,26 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                            kernel_dir: Optional[str] = None, rounds: int = 5) -> list:
     """A SiLU MLP (``x + down(silu(up(x)))``, d -> hidden -> d) compiled once per variant with
     ``torch.compile(mode="max-autotune", dynamic=True)`` (fresh Inductor cache each), then run at
-    every M of ``ms``. Every variant stays compiled in this process (each its own entry function,
-    so Dynamo keeps both), and per M the variants are timed alternately for ``rounds`` rounds on
-    the same input: the median time per call (do_bench over the compiled module; where the
+    every M of ``ms`` (each at least 2). Every variant stays compiled in this process (each its own
+    entry function, so Dynamo keeps both). Every M's first calls (CUDA-graph recordings, our
+    dispatcher's kernels for it) run first, then the timings wait until no compile or load of ours
+    is under way, and per M the variants are timed alternately (the order flipped every round) for
+    ``rounds`` rounds on the same input: the median time per call (do_bench over the compiled module; where the
     module's host work outlasts its GPU work, that time is the host's) and the GPU's own time per
     call (``device_ms``: the calls queued behind a GPU sleep, inductor.device_timing), each the
     median of the rounds with the rounds' range; the error against float64. A recompile while
     timing raises (every M must run the graph compiled at the first call). Rows per variant with
-    ``speedup_vs_aten_triton`` and ``device_speedup_vs_aten_triton`` per M for ours."""
+    ``speedup_vs_aten_triton`` and ``device_speedup_vs_aten_triton`` per M for ours, and per M the
+    kernels one call runs (profiler) with their sum beside ``device_ms``."""
     import statistics
 
     import torch
     import torch._dynamo
     from torch._inductor.utils import fresh_cache
+
+    if min(ms) < 2:
+        # dynamic=True still specializes sizes 0 and 1: such an M would need a graph of its own
+        raise ValueError(f"token counts must be at least 2 (got {min(ms)}): Dynamo compiles M = 0 and 1 apart")
 
     import cutedsl_backend.inductor as cbi
 
@@ -378,11 +385,15 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
     _clear_our_memory_caches()
     torch._dynamo.reset()
-    fallbacks0 = cbi.stats()["runtime_fallbacks"]
-    skips0 = _cudagraph_skips()
+    # Inductor's and Triton's imports and compile workers, paid here rather than by the first
+    # variant's compile time
+    with fresh_cache():
+        torch.compile(lambda t: (t * 2).relu())(xs[ms[0]])
+    torch._dynamo.reset()
     rows, compiled = [], {}
     for variant in variants:
         entry = _distinct_entry(mod)
+        skips0 = _cudagraph_skips()
         try:
             with fresh_cache(), torch.no_grad():
                 torch.cuda.synchronize()
@@ -393,11 +404,17 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                 compiled[variant](xs[ms[0]])
                 torch.cuda.synchronize()
                 rows.append({"block": "silu_mlp_dynamic", "variant": variant,
-                             "compile_s": time.perf_counter() - t0, "per_m": {}})
+                             "compile_s": time.perf_counter() - t0, "per_m": {}, "rounds": rounds,
+                             # Inductor decides on CUDA graphs while it compiles: this variant's count
+                             "cudagraph_skips": _cudagraph_skips() - skips0})
         finally:
             cbi.disable()
     times = {(v, m): {"ms": [], "device_ms": []} for v in variants for m in ms}
+    compiled_at = time.perf_counter()
+    fallbacks0 = cbi.stats()["runtime_fallbacks"]
     with torch._dynamo.config.patch(error_on_recompile=True), torch.no_grad():
+        # every M's first calls (CUDA-graph recordings; our dispatcher's kernels for that M) and
+        # results first, then no compile or load of ours left under way, then the timings
         for m, x in xs.items():
             ref = ref_mod(x.double())
             for row in rows:
@@ -406,24 +423,36 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                 for _ in range(3):
                     fn(x)
                 row["per_m"][m] = {"rel_l2_vs_fp64": float((out.double() - ref).norm() / ref.norm())}
-            for _ in range(rounds):
-                for variant in variants:
+        torch.cuda.synchronize()
+        from ..compiler import STORE
+
+        if not STORE.drain():
+            log("silu_mlp dynamic: WARNING: our background compiles or loads were still under way after "
+                "300 s; the timings share the CPU with them")
+        background = [(round(t - compiled_at, 2), what, _short(key)) for t, what, key in STORE.events
+                      if t > compiled_at]
+        for m, x in xs.items():
+            for round_ in range(rounds):
+                # each round in the other order: neither variant always runs right after the other
+                for variant in (variants if round_ % 2 == 0 else variants[::-1]):
                     fn = compiled[variant]
                     times[variant, m]["ms"].append(_median_ms(lambda: fn(x), warmup=25, rep=100))
                     times[variant, m]["device_ms"].append(device_ms_per_call(lambda: fn(x)))
             for row in rows:
                 fn = compiled[row["variant"]]
                 row["per_m"][m]["kernels"] = _kernels_per_call(lambda: fn(x))
-    fallbacks = cbi.stats()["runtime_fallbacks"] - fallbacks0
-    skips = _cudagraph_skips() - skips0
     base = rows[0] if rows and rows[0]["variant"] == "aten+triton" else None
     for row in rows:
-        row.update(runtime_fallbacks=fallbacks, cudagraph_skips=skips, rounds=rounds)
+        # our op's fallbacks to ATen while the modules ran (the baseline's module never calls it)
+        row["runtime_fallbacks"] = 0 if row is base else cbi.stats()["runtime_fallbacks"] - fallbacks0
+        if row is not base:
+            row["background_after_compile"] = background
         for m in ms:
             cell = row["per_m"][m]
             for key in ("ms", "device_ms"):
                 series = times[row["variant"], m][key]
                 cell[key], cell[key + "_range"] = statistics.median(series), [min(series), max(series)]
+            cell["kernels_us"] = sum(k["us"] for k in cell["kernels"])
             if base is not None and row is not base:
                 b = base["per_m"][m]
                 cell["speedup_vs_aten_triton"] = b["ms"] / cell["ms"]
@@ -434,9 +463,15 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                 cell["device_speedup_range"] = _ratio_range(*pairs[1])
         if base is not None and row is not base:
             row["compile_ratio_vs_aten_triton"] = row["compile_s"] / base["compile_s"]
-    if skips:
-        log(f"silu_mlp dynamic: WARNING: Inductor skipped CUDA graphs {skips} time(s): the times per call "
-            "include launch overhead")
+        if row["cudagraph_skips"]:
+            log(f"silu_mlp dynamic {row['variant']}: WARNING: Inductor skipped CUDA graphs "
+                f"{row['cudagraph_skips']} time(s): its times per call include launch overhead")
+        if row["runtime_fallbacks"]:
+            log(f"silu_mlp dynamic {row['variant']}: WARNING: {row['runtime_fallbacks']} runtime fallback(s) "
+                "of our op (the ATen GEMM ran instead)")
+    if background:
+        log("silu_mlp dynamic: our background work after the compile (s after it; finished before the "
+            "timings): " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in background[:40]))
     for row in rows:
         log(f"silu_mlp dynamic {row['variant']:14s} compile {row['compile_s']:7.2f} s"
             + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else ""))
@@ -447,7 +482,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                          f"{v['speedup_range'][1]:.3f}), device {v['device_speedup_vs_aten_triton']:.3f}x "
                          f"({v['device_speedup_range'][0]:.3f}-{v['device_speedup_range'][1]:.3f})")
             log(text + f"  rel err {v['rel_l2_vs_fp64']:.2e}")
-            log("           kernels per call: " + "; ".join(
+            log(f"           kernels per call (sum {v['kernels_us']:.1f} us): " + "; ".join(
                 f"{k['us']:.1f} us {k['name'][:70]}" + (f" (x{k['launches']:g})" if k["launches"] != 1 else "")
                 for k in v["kernels"]))
     return rows

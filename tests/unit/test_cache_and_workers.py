@@ -223,3 +223,33 @@ def test_cache_dir_without_a_writable_home(tmp_path, monkeypatch):
         assert disk_cache.cache_dir() == home / ".cache" / "cutedsl_backend"
     else:
         assert disk_cache.cache_dir().name == f"cutedsl_backend-{os.getuid()}"
+
+
+def test_store_drain_waits_for_compiles_and_the_loads_they_queue():
+    """Benchmarks drain the store before timing: a compile that ends queues its load, and drain
+    waits for that too; work that does not end within the timeout gives False. The futures stay
+    recorded for the callers that will ask for them."""
+    import threading
+    import time
+    from concurrent.futures import Future
+
+    from cutedsl_backend.store import KernelStore
+
+    store = KernelStore()
+    compile_, load = Future(), Future()
+    store.pending["k"] = compile_
+
+    def background():
+        time.sleep(0.1)
+        store.loads["k"] = load
+        compile_.set_result(None)
+        time.sleep(0.1)
+        load.set_result("kernel")
+
+    threading.Thread(target=background).start()
+    assert store.drain(timeout=10)
+    assert load.done() and store.pending["k"] is compile_ and store.loads["k"] is load
+    store.pending["stuck"] = Future()
+    t0 = time.perf_counter()
+    assert not store.drain(timeout=0.2)
+    assert time.perf_counter() - t0 < 2
