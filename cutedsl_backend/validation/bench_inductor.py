@@ -210,6 +210,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     add_feedback_saver(winners)
     stats0 = dict(compiler.STORE.stats, **cbi.stats())
     skips0 = _cudagraph_skips()
+    phases0 = _compile_phases()
     try:
         with _variant_env(variant), fresh_cache(), torch.no_grad(), _forced_unfused() as forced:
             torch.cuda.synchronize()
@@ -220,6 +221,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
             out = compiled(*args).clone()  # CUDA-graph outputs are overwritten by the next replay
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
+            phases = _phase_delta(phases0)
             for _ in range(3):  # CUDA-graph warm-up and capture
                 compiled(*args)
             ms = _median_ms(lambda: compiled(*args), warmup=25, rep=200)
@@ -237,7 +239,8 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
                 if t0 <= t <= t0 + compile_s]
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": fallbacks,
-           "cudagraph_skips": _cudagraph_skips() - skips0, "our_kernel_fetches": ours, "our_timeline": timeline}
+           "cudagraph_skips": _cudagraph_skips() - skips0, "our_kernel_fetches": ours, "our_timeline": timeline,
+           "compile_phases_s": phases}
     if row["cudagraph_skips"]:
         log(f"{name} {variant}: WARNING: Inductor skipped CUDA graphs {row['cudagraph_skips']} time(s): the time "
             "per call includes launch overhead")
@@ -249,6 +252,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     log(f"{name:14s} {variant:14s} compile {compile_s:7.2f} s  {ms:.4f} ms/call  eager {eager_ms:.4f} ms  "
         f"rel_l2 {err:.2e}  " + "; ".join(f"{w['autotune']}: {w['winner']}" for w in winners.rows))
     log(f"{'':14s} {'':14s} our kernels: {ours}")
+    log(f"{'':14s} {'':14s} compile phases (s, inclusive): " + _phases_text(phases))
     if timeline:
         log(f"{'':14s} {'':14s} timeline: " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in timeline))
     return row
@@ -393,7 +397,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     rows, compiled = [], {}
     for variant in variants:
         entry = _distinct_entry(mod)
-        skips0 = _cudagraph_skips()
+        skips0, phases0 = _cudagraph_skips(), _compile_phases()
         try:
             with fresh_cache(), torch.no_grad():
                 torch.cuda.synchronize()
@@ -406,7 +410,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                 rows.append({"block": "silu_mlp_dynamic", "variant": variant,
                              "compile_s": time.perf_counter() - t0, "per_m": {}, "rounds": rounds,
                              # Inductor decides on CUDA graphs while it compiles: this variant's count
-                             "cudagraph_skips": _cudagraph_skips() - skips0})
+                             "cudagraph_skips": _cudagraph_skips() - skips0,
+                             "compile_phases_s": _phase_delta(phases0)})
         finally:
             cbi.disable()
     times = {(v, m): {"ms": [], "device_ms": []} for v in variants for m in ms}
@@ -474,7 +479,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
             "timings): " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in background[:40]))
     for row in rows:
         log(f"silu_mlp dynamic {row['variant']:14s} compile {row['compile_s']:7.2f} s"
-            + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else ""))
+            + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else "")
+            + "; phases (s, inclusive): " + _phases_text(row["compile_phases_s"]))
         for m, v in row["per_m"].items():
             text = f"  M={m:<6d} {v['ms']:.4f} ms [device {v['device_ms']:.4f} ms]"
             if "speedup_vs_aten_triton" in v:
@@ -523,6 +529,25 @@ def _distinct_entry(mod):
 def _ratio_range(base: list, ours: list) -> list:
     ratios = [b / o for b, o in zip(base, ours)]
     return [min(ratios), max(ratios)]
+
+
+def _compile_phases() -> dict:
+    """Seconds spent so far in each phase Dynamo and Inductor time (their own metrics, by name)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
+def _phase_delta(before: dict, top: int = 15) -> dict:
+    """The phases of the compile since ``before`` (the ``top`` longest, at least 10 ms; phases
+    nest, so their times overlap): where a compile's time went beside another variant's."""
+    grown = {name: t - before.get(name, 0.0) for name, t in _compile_phases().items()}
+    kept = sorted(((name, t) for name, t in grown.items() if t >= 0.01), key=lambda item: -item[1])[:top]
+    return {name: round(t, 3) for name, t in kept}
+
+
+def _phases_text(phases: dict) -> str:
+    return "; ".join(f"{name} {t:.2f}" for name, t in phases.items()) or "none recorded"
 
 
 def _cudagraph_skips() -> int:

@@ -139,3 +139,23 @@ def test_ratio_range_pairs_rounds():
     from cutedsl_backend.validation.bench_inductor import _ratio_range
 
     assert _ratio_range([2.0, 3.0, 4.0], [1.0, 3.0, 5.0]) == [0.8, 2.0]
+
+
+def test_compile_phases_are_the_compiles_own():
+    """The benches report where each variant's compile time went (Dynamo's and Inductor's own
+    phase metrics), counted from before that compile only."""
+    import torch
+    import torch._dynamo
+
+    from cutedsl_backend.validation.bench_inductor import _compile_phases, _phase_delta, _phases_text
+
+    torch._dynamo.reset()
+    before = _compile_phases()
+    torch.compile(lambda x: (x * 2).relu() + 1)(torch.randn(8))
+    phases = _phase_delta(before)
+    assert phases and all(t >= 0.01 for t in phases.values())
+    assert list(phases.values()) == sorted(phases.values(), reverse=True)
+    assert "compile_fx_inner" in phases or "fx_codegen_and_compile" in phases, phases
+    assert _phase_delta(_compile_phases()) == {}  # nothing compiled since
+    assert _phases_text({}) == "none recorded"
+    torch._dynamo.reset()
