@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from typing import Optional
 
 import torch
@@ -410,7 +411,7 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
 
     from .choices import autotuning, precompile_offer
     from .eligibility import DISPATCH, Offer, Sizes
-    from .lowering import _inline, _inline_unfused, _select, unfused_choice
+    from .lowering import _inline, _inline_unfused, select_against_unfused, unfused_choice
     from .state import STATE
 
     if kernel_config or not (STATE.enabled and autotuning()):
@@ -439,8 +440,9 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
         caller.description = f"cutedsl gated {pick}"
         ours.append(caller)
     precompile_offer(Offer(problem, spec, tuple(configs), dynamic=dynamic))
+    started = time.perf_counter()
     unfused = unfused_choice(name, inputs, layout, ref, "unfused GEMMs + activation * up")
-    node, winner = _select(name, [unfused] + ours, inputs, layout)
+    node, winner = select_against_unfused(name, unfused, ours, op, inputs, layout, started)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         return _inline_unfused(ref, args, name, gm=unfused.gm)

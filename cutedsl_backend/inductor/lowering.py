@@ -82,7 +82,6 @@ def _fallback(kind, args, kwargs):
 
 
 def _lower(kind: tuple, *args, **kwargs):
-    from torch._inductor import config as inductor_config
     from torch._inductor.ir import ExternKernel
     from torch._inductor.virtualized import V
 
@@ -117,26 +116,7 @@ def _lower(kind: tuple, *args, **kwargs):
         return choices[0].output_node()
     t0 = time.perf_counter()
     unfused = unfused_choice(name, inputs, layout, reference, "unfused GEMM + pointwise ops")
-    if device.type == "cuda":
-        why_not = device_timing.install_on_subgraph(unfused)
-        if why_not is None:
-            op = ops.overload(*kind)
-            for caller in choices:
-                device_timing.install_on_ours(caller, op, caller.kwargs)
-        else:
-            log.debug("cutedsl: %s: Inductor's own timing (%s)", name, why_not)
-    # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
-    # (in this process) overlaps our kernels' compiles in the workers instead of following them.
-    # Not under config.deterministic: there torch 2.11 takes choices[0] unbenchmarked and does not
-    # say which it took (_select could not tell the unfused winner from ours).
-    choices.insert(len(choices) if getattr(inductor_config, "deterministic", False) else 0, unfused)
-    t1 = time.perf_counter()
-    compiler.STORE.event("fused autotune starts", name)
-    node, winner = _select(name, choices, inputs, layout)
-    compiler.STORE.event("fused autotune done", name)
-    STATE.counters["fused_autotunes"] += 1
-    STATE.counters["unfused_subgraph_s"] += t1 - t0
-    STATE.counters["fused_autotune_s"] += time.perf_counter() - t1
+    node, winner = select_against_unfused(name, unfused, choices, ops.overload(*kind), inputs, layout, t0)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
         suppress(inputs[0], inputs[1])
@@ -227,6 +207,37 @@ def _output_layout(kind, inputs, kwargs):
     size = [*a.get_size()[:-1], b.get_size()[-1]]
     dtype = kwargs.get("out_dtype") or (torch.bfloat16 if kind[0] else a.get_dtype())
     return FixedLayout(a.get_device(), dtype, size, FlexibleLayout.contiguous_strides(size))
+
+
+def select_against_unfused(name: str, unfused, ours: list, op, inputs, layout, started: float):
+    """One autotune of our choices ``ours`` (each runs ``op`` with its bound kwargs) against the
+    unfused ops ``unfused``; returns (node, winner). On a CUDA device every candidate is timed on
+    the device (inductor.device_timing): Inductor's own timing lets our op's host time into a
+    small GEMM's (it then loses to the unfused ops on host time, not on the GPU). ``started``:
+    when the unfused choice began to be made (counted as its cost)."""
+    from torch._inductor import config as inductor_config
+
+    if inputs[0].get_device().type == "cuda":
+        why_not = device_timing.install_on_subgraph(unfused)
+        if why_not is None:
+            for caller in ours:
+                device_timing.install_on_ours(caller, op, caller.kwargs)
+        else:
+            log.debug("cutedsl: %s: Inductor's own timing (%s)", name, why_not)
+    choices = list(ours)
+    # benchmarked first: Inductor compiles a subgraph choice when it benchmarks it, so its compile
+    # (in this process) overlaps our kernels' compiles in the workers instead of following them.
+    # Not under config.deterministic: there torch 2.11 takes choices[0] unbenchmarked and does not
+    # say which it took (_select could not tell the unfused winner from ours).
+    choices.insert(len(choices) if getattr(inductor_config, "deterministic", False) else 0, unfused)
+    t1 = time.perf_counter()
+    compiler.STORE.event("fused autotune starts", name)
+    node, winner = _select(name, choices, inputs, layout)
+    compiler.STORE.event("fused autotune done", name)
+    STATE.counters["fused_autotunes"] += 1
+    STATE.counters["unfused_subgraph_s"] += t1 - started
+    STATE.counters["fused_autotune_s"] += time.perf_counter() - t1
+    return node, winner
 
 
 @functools.lru_cache(None)

@@ -371,3 +371,29 @@ def test_unfused_choice_reads_symbolic_extents_from_hints(monkeypatch):
             else:
                 assert inside is method
         assert SubgraphChoiceCaller._compute_sym_input_values is method
+
+
+def test_every_candidate_of_a_fused_autotune_is_device_timed_on_a_gpu(monkeypatch):
+    """On a CUDA device, select_against_unfused puts the device timing on the unfused choice and
+    on each of ours (with the op and kwargs each runs) and benchmarks the unfused choice first;
+    on another device it leaves Inductor's timing alone."""
+    from types import SimpleNamespace
+
+    from cutedsl_backend.inductor import device_timing, lowering
+
+    installed = []
+    monkeypatch.setattr(device_timing, "install_on_subgraph", lambda c: installed.append(("subgraph", c)))
+    monkeypatch.setattr(device_timing, "install_on_ours",
+                        lambda c, op, kwargs: installed.append(("ours", c, op, kwargs)))
+    order = []
+    monkeypatch.setattr(lowering, "_select", lambda name, choices, inputs, layout: (order.extend(choices) or "node",
+                                                                                    choices[1]))
+    unfused = SimpleNamespace(name="unfused")
+    ours = [SimpleNamespace(name=f"ours{i}", kwargs={"kernel_config": f"c{i}"}) for i in range(2)]
+    for device, timed in (("cuda", True), ("cpu", False)):
+        installed.clear(), order.clear()
+        inputs = [SimpleNamespace(get_device=lambda d=device: torch.device(d))]
+        node, winner = lowering.select_against_unfused("n", unfused, ours, "op", inputs, None, 0.0)
+        assert (node, winner) == ("node", ours[0]) and order == [unfused, *ours]
+        expected = [("subgraph", unfused)] + [("ours", c, "op", c.kwargs) for c in ours]
+        assert installed == (expected if timed else [])

@@ -150,3 +150,30 @@ def test_fp8_gated_mlp_is_offered_and_matches_eager(inductor, feedback, rowwise)
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
     if "cutedsl_gemm_gated_scaled" in code:
         assert CALLS[-1][0] == "gemm_gated_ab_scaled"
+
+
+def test_gated_autotune_is_the_shared_one(inductor, feedback, monkeypatch):
+    """The gated chain's autotune goes through the same step as the fused epilogue chains
+    (lowering.select_against_unfused: on a GPU every candidate device-timed, counted, on the
+    timeline); a gated autotune under Inductor's own timing let our op's host time into a small
+    GEMM's time."""
+    import cutedsl_backend.inductor as cbi
+    from cutedsl_backend.inductor import lowering
+
+    seen = []
+    shared = lowering.select_against_unfused
+
+    def spy(name, unfused, ours, op, *rest):
+        seen.append((name, op, len(ours)))
+        return shared(name, unfused, ours, op, *rest)
+
+    monkeypatch.setattr(lowering, "select_against_unfused", spy)
+    cbi.enable(device_arch=as_sm90a, gated_mlp=True)
+    fused0 = cbi.stats()["fused_autotunes"]
+    model = GatedMLP(ACTS["silu"]).to(torch.bfloat16)
+    with torch.no_grad():
+        compile_and_code(model, torch.randn(32, 64, dtype=torch.bfloat16))
+    from cutedsl_backend.inductor.gated_ops import GATED_OP
+
+    assert [(n, op) for n, op, _ in seen] == [("cutedsl_fused_gemm_gated", GATED_OP)] and seen[0][2] >= 1, seen
+    assert cbi.stats()["fused_autotunes"] == fused0 + 1
