@@ -409,7 +409,7 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
 
-    from .choices import autotuning, precompile_offer
+    from .choices import autotuning, precompile_offer, suppress
     from .eligibility import DISPATCH, Offer, Sizes
     from .lowering import _inline, _inline_unfused, select_against_unfused, unfused_choice
     from .state import STATE
@@ -445,6 +445,8 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     node, winner = select_against_unfused(name, unfused, ours, op, inputs, layout, started)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
+        for weight in inputs[1:3]:  # as a lost epilogue chain: no plain candidates for its GEMMs
+            suppress(inputs[0], weight)
         return _inline_unfused(ref, args, name, gm=unfused.gm)
     return node
 

@@ -177,3 +177,28 @@ def test_gated_autotune_is_the_shared_one(inductor, feedback, monkeypatch):
 
     assert [(n, op) for n, op, _ in seen] == [("cutedsl_fused_gemm_gated", GATED_OP)] and seen[0][2] >= 1, seen
     assert cbi.stats()["fused_autotunes"] == fused0 + 1
+
+
+def test_a_lost_gated_chain_offers_no_plain_candidates_for_its_gemms(inductor, feedback, monkeypatch):
+    """Where the unfused ops beat our gated kernel they are inlined, and their two GEMMs get no
+    plain candidates of ours (as after a lost epilogue chain): they would meet the same peers."""
+    import cutedsl_backend.inductor as cbi
+    from cutedsl_backend.inductor import lowering
+
+    shared = lowering.select_against_unfused
+    lost = []
+
+    def unfused_wins(name, unfused, ours, *rest):
+        lost.append(name)
+        return shared(name, unfused, [], *rest)  # the unfused ops alone: they win
+
+    monkeypatch.setattr(lowering, "select_against_unfused", unfused_wins)
+    cbi.enable(device_arch=as_sm90a, gated_mlp=True)
+    model = GatedMLP(ACTS["silu"]).to(torch.bfloat16)
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out, code = compile_and_code(model, x)
+    assert lost == ["cutedsl_fused_gemm_gated"]
+    assert not feedback.ours(), feedback.rounds  # no autotune offered a choice of ours
+    assert "cutedsl_gemm" not in code
+    torch.testing.assert_close(out.float(), model(x).float(), atol=0.05, rtol=0.05)
