@@ -363,9 +363,17 @@ def main(argv=None) -> int:
         if args.dynamic:
             from .validation.bench_inductor import bench_inductor_dynamic
 
-            token_counts = tuple(int(m) for m in args.dynamic.split(","))
+            if args.isolated or args.rows or args.loss_rows:
+                bi.error("--dynamic runs in one process with its own variants: no --isolated, --rows or --loss-rows")
+            try:
+                token_counts = tuple(int(m) for m in args.dynamic.split(","))
+            except ValueError:
+                bi.error(f"--dynamic: token counts are comma-separated integers, not {args.dynamic!r}")
             if min(token_counts) < 2:
                 bi.error("--dynamic: token counts must be at least 2 (Dynamo compiles M = 0 and 1 apart)")
+            if token_counts[0] in (args.d, args.hidden):
+                bi.error("--dynamic: the first token count must differ from --d and --hidden (Dynamo would give "
+                         "them one symbol)")
             rows = bench_inductor_dynamic(token_counts, args.d, args.hidden, args.dtype, rounds=args.rounds or 5)
             if args.json:
                 with open(args.json, "w") as f:

@@ -369,6 +369,11 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     if min(ms) < 2:
         # dynamic=True still specializes sizes 0 and 1: such an M would need a graph of its own
         raise ValueError(f"token counts must be at least 2 (got {min(ms)}): Dynamo compiles M = 0 and 1 apart")
+    if ms[0] in (d, hidden):
+        # Dynamo gives equal sizes one symbol at the first call: the width would follow the token count
+        raise ValueError(f"the first token count ({ms[0]}) must differ from d and hidden")
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
 
     import cutedsl_backend.inductor as cbi
 
@@ -389,10 +394,11 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = os.path.join(kernel_dir, "dynamic")
     _clear_our_memory_caches()
     torch._dynamo.reset()
-    # Inductor's and Triton's imports and compile workers, paid here rather than by the first
-    # variant's compile time
+    # Inductor's and Triton's imports, compile workers and a GEMM autotune's first-time costs,
+    # paid here rather than by the first variant's compile time
     with fresh_cache():
-        torch.compile(lambda t: (t * 2).relu())(xs[ms[0]])
+        w = torch.randn(d, 256, device="cuda", generator=g).to(dt)
+        torch.compile(lambda t, w: (t @ w).relu(), mode="max-autotune-no-cudagraphs")(xs[ms[0]], w)
     torch._dynamo.reset()
     rows, compiled = [], {}
     for variant in variants:
@@ -416,7 +422,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
             cbi.disable()
     times = {(v, m): {"ms": [], "device_ms": []} for v in variants for m in ms}
     compiled_at = time.perf_counter()
-    fallbacks0 = cbi.stats()["runtime_fallbacks"]
+    fallbacks0, run_skips0 = cbi.stats()["runtime_fallbacks"], _cudagraph_skips()
     with torch._dynamo.config.patch(error_on_recompile=True), torch.no_grad():
         # every M's first calls (CUDA-graph recordings; our dispatcher's kernels for that M) and
         # results first, then no compile or load of ours left under way, then the timings
@@ -431,7 +437,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         torch.cuda.synchronize()
         from ..compiler import STORE
 
-        if not STORE.drain():
+        drained = STORE.drain()
+        if not drained:
             log("silu_mlp dynamic: WARNING: our background compiles or loads were still under way after "
                 "300 s; the timings share the CPU with them")
         background = [(round(t - compiled_at, 2), what, _short(key)) for t, what, key in STORE.events
@@ -446,8 +453,13 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
             for row in rows:
                 fn = compiled[row["variant"]]
                 row["per_m"][m]["kernels"] = _kernels_per_call(lambda: fn(x))
+    run_skips = _cudagraph_skips() - run_skips0
+    if run_skips:
+        log(f"silu_mlp dynamic: WARNING: Inductor skipped CUDA graphs {run_skips} time(s) while the modules ran "
+            "(either variant): some times per call include launch overhead")
     base = rows[0] if rows and rows[0]["variant"] == "aten+triton" else None
     for row in rows:
+        row["cudagraph_skips_while_running_both"] = run_skips
         # our op's fallbacks to ATen while the modules ran (the baseline's module never calls it)
         row["runtime_fallbacks"] = 0 if row is base else cbi.stats()["runtime_fallbacks"] - fallbacks0
         if row is not base:
@@ -475,8 +487,9 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
             log(f"silu_mlp dynamic {row['variant']}: WARNING: {row['runtime_fallbacks']} runtime fallback(s) "
                 "of our op (the ATen GEMM ran instead)")
     if background:
-        log("silu_mlp dynamic: our background work after the compile (s after it; finished before the "
-            "timings): " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in background[:40]))
+        log("silu_mlp dynamic: our background work after the compile (s after it; "
+            + ("finished before the timings" if drained else "not all finished before the timings") + "): "
+            + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in background[:40]))
     for row in rows:
         log(f"silu_mlp dynamic {row['variant']:14s} compile {row['compile_s']:7.2f} s"
             + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else "")

@@ -146,12 +146,14 @@ def test_compile_phases_are_the_compiles_own():
     phase metrics), counted from before that compile only."""
     import torch
     import torch._dynamo
+    from torch._inductor.utils import fresh_cache
 
     from cutedsl_backend.validation.bench_inductor import _compile_phases, _phase_delta, _phases_text
 
     torch._dynamo.reset()
     before = _compile_phases()
-    torch.compile(lambda x: (x * 2).relu() + 1)(torch.randn(8))
+    with fresh_cache():  # a compile, not a load from an earlier run's cache
+        torch.compile(lambda x: (x * 2).relu() + 1)(torch.randn(8))
     phases = _phase_delta(before)
     assert phases and all(t >= 0.01 for t in phases.values())
     assert list(phases.values()) == sorted(phases.values(), reverse=True)
