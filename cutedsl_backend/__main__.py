@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
     ss.add_argument("--no-config-tables", action="store_true",
                     help="rank with the cost models alone (no measured config table): the other half of an A/B")
+    ss.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,384,768 "
+                    "between the measured tables' points, for an out-of-sample A/B)")
     sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
                         "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")
     sd.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
@@ -406,7 +408,15 @@ def main(argv=None) -> int:
             from .configs.measured import MEASURED
 
             MEASURED.enabled = False
-        perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=save)
+        ms = None
+        if args.ms:
+            try:
+                ms = tuple(int(m) for m in args.ms.split(","))
+            except ValueError:
+                ss.error(f"--ms: token counts are comma-separated integers, not {args.ms!r}")
+            if min(ms) < 1:
+                ss.error("--ms: token counts must be positive")
+        perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=save, ms=ms)
         save(perf)
         print("\n".join(perf_markdown(perf)))
         return 0

@@ -11,6 +11,7 @@ Pure Python: the sweep (``shape_sweep``), the perf gate and their tests read the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -67,19 +68,26 @@ def unique_shapes(projections) -> list:
     return out
 
 
-def sweep_cells(tag: str, dtypes=SWEEP_DTYPES) -> list:
+def sweep_cells(tag: str, dtypes=SWEEP_DTYPES, ms: Optional[tuple] = None) -> list:
     """(dtype, projection, M) cells of the sweep for ``tag``: quick, a handful (two llama3-8b
     projections at five M); standard, every model's distinct shapes at a dozen M; full, every shape
-    at every M and the odd M; each up to the tag's MAX_FLOPS."""
+    at every M and the odd M; each up to the tag's MAX_FLOPS. ``ms``: these token counts instead
+    of the tag's (e.g. those between a measured config table's, to check what it serves there)."""
     if tag == "quick":
         shapes = [p for p in MODEL_PROJECTIONS if p.model == "llama3-8b" and p.name in ("o", "gate_up")]
-        ms = M_QUICK
+        tag_ms = M_QUICK
     elif tag == "standard":
-        shapes, ms = unique_shapes(MODEL_PROJECTIONS), M_STANDARD
+        shapes, tag_ms = unique_shapes(MODEL_PROJECTIONS), M_STANDARD
     elif tag == "full":
-        shapes, ms = unique_shapes(MODEL_PROJECTIONS), tuple(sorted(M_ALL + M_ODD))
+        shapes, tag_ms = unique_shapes(MODEL_PROJECTIONS), tuple(sorted(M_ALL + M_ODD))
     else:
         raise ValueError(f"tag {tag!r}: quick, standard or full")
+    if ms is None:
+        ms = tag_ms
+    elif not ms or min(ms) < 1:
+        raise ValueError(f"token counts must be positive: {ms}")
+    else:
+        ms = tuple(sorted(set(ms)))
     return [(d, p, m) for d in dtypes for p in shapes for m in ms if 2 * m * p.n * p.k <= MAX_FLOPS[tag]
             and (not d.startswith("gated") or "gate_up" in p.name)]
 

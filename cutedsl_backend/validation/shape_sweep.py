@@ -240,16 +240,18 @@ def summarize(rows: list) -> dict:
 
 
 def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = print,
-              checkpoint: Optional[Callable[[dict], None]] = None) -> dict:
-    """Every cell of ``tag`` on this GPU; the perf section of the validation report.
-    ``checkpoint`` receives the sweep so far every 25 cells (a long run keeps what it measured)."""
+              checkpoint: Optional[Callable[[dict], None]] = None, ms: Optional[tuple] = None) -> dict:
+    """Every cell of ``tag`` on this GPU (at the token counts ``ms`` instead of the tag's, if
+    given); the perf section of the validation report. ``checkpoint`` receives the sweep so far
+    every 25 cells (a long run keeps what it measured)."""
     import torch
 
-    cells = sweep_cells(tag, tuple(dtypes or SWEEP_DTYPES))
+    cells = sweep_cells(tag, tuple(dtypes or SWEEP_DTYPES), ms=ms)
     name = torch.cuda.get_device_name()
 
     def sweep(rows):
-        return {"results": rows, "summary": summarize(rows), "tag": tag, "gate_min_ratio": MIN_CELL_RATIO,
+        return {"results": rows, "summary": summarize(rows), "tag": tag, "ms": list(ms) if ms else None,
+                "gate_min_ratio": MIN_CELL_RATIO,
                 "peer": {"16-bit": "torch.matmul (cuBLAS)", "fp8": "torch._scaled_mm"},
                 "timing": f"CUDA-graph replay, ours and the peer alternated in {ROUNDS} rounds (more, up to "
                           f"{ROUNDS * (1 + EXTRA_ROUND_SETS)}, where their ratios spread over "

@@ -166,3 +166,18 @@ def test_alternate_times_more_rounds_only_where_they_disagree():
     assert stalled["ratio_spread"] == [1.0 / 3.0, 1.0]
     stuck = alternate(timer([3.0, 1.0, 1.0] * 3), timer([1.0] * 9))  # never tight: three sets, then stops
     assert len(stuck["rounds_peer_ms"]) == 9 and stuck["ratio"] == 1.0
+
+
+def test_token_counts_other_than_the_tags():
+    """sweep-shapes --ms: the tag's projections at the given token counts (sorted, once each),
+    still within the tag's FLOP budget; nonsense is refused."""
+    from cutedsl_backend.validation.model_shapes import MAX_FLOPS, sweep_cells
+
+    standard = sweep_cells("standard", ("bfloat16",))
+    between = sweep_cells("standard", ("bfloat16",), ms=(320, 160, 320))
+    assert {m for _, _, m in between} == {160, 320}
+    assert {p for _, p, _ in between} == {p for _, p, _ in standard}
+    assert all(2 * m * p.n * p.k <= MAX_FLOPS["standard"] for _, p, m in between)
+    for bad in ((), (0, 16)):
+        with pytest.raises(ValueError):
+            sweep_cells("standard", ("bfloat16",), ms=bad)
