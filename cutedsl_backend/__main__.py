@@ -363,7 +363,7 @@ def main(argv=None) -> int:
         if args.rounds is not None and args.rounds < 1:
             bi.error("--rounds must be at least 1")
         if args.dynamic:
-            from .validation.bench_inductor import bench_inductor_dynamic
+            from .validation.bench_dynamic import bench_inductor_dynamic
 
             if args.isolated or args.rows or args.loss_rows:
                 bi.error("--dynamic runs in one process with its own variants: no --isolated, --rows or --loss-rows")

@@ -107,7 +107,7 @@ def test_each_variant_keeps_its_own_compiled_graph():
     import torch
     import torch._dynamo
 
-    from cutedsl_backend.validation.bench_inductor import _distinct_entry
+    from cutedsl_backend.validation.bench_dynamic import _distinct_entry
 
     mod = torch.nn.Linear(8, 4)
     first, second = _distinct_entry(mod), _distinct_entry(mod)
@@ -136,7 +136,7 @@ def test_each_variant_keeps_its_own_compiled_graph():
 
 
 def test_ratio_range_pairs_rounds():
-    from cutedsl_backend.validation.bench_inductor import _ratio_range
+    from cutedsl_backend.validation.bench_dynamic import _ratio_range
 
     assert _ratio_range([2.0, 3.0, 4.0], [1.0, 3.0, 5.0]) == [0.8, 2.0]
 
