@@ -409,6 +409,7 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
 
+    from . import decisions
     from .choices import autotuning, precompile_offer, suppress
     from .eligibility import DISPATCH, Offer, Sizes
     from .lowering import _inline, _inline_unfused, select_against_unfused, unfused_choice
@@ -429,17 +430,31 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     except UnsupportedGemmError as e:
         log.debug("cutedsl: not offering %s: %s", name, e)
         return _inline(ref, args, name)
+    gated_offer = Offer(problem, spec, tuple(configs), dynamic=dynamic)
+    # the decision cache, as for the fused epilogue chains (decisions.py): a lost chain is put back
+    # at once, a won one emitted unbenchmarked, a close one offered its recorded config only
+    dkey = decisions.key(name, gated_offer, decisions.device_name(inputs[0].get_device()))
+    gated_offer, verdict = decisions.narrow(gated_offer, dkey)
+    if verdict == "lost":
+        log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
+        for weight in inputs[1:3]:
+            suppress(inputs[0], weight)
+        return _inline_unfused(ref, args, name)
     size = [inputs[0].get_size()[0], inputs[1].get_size()[0]]
     out_dtype = scaled[0] if scaled is not None else inputs[0].get_dtype()
     layout = FixedLayout(inputs[0].get_device(), out_dtype, size, FlexibleLayout.contiguous_strides(size))
     choice = extern_choice(op)
-    picks = [DISPATCH] if dynamic else [c.name for c in configs]
+    picks = [DISPATCH] if dynamic else [c.name for c in gated_offer.configs]
     ours = []
     for pick in picks:
         caller = choice.bind(inputs, layout, **kwargs, kernel_config=pick)
         caller.description = f"cutedsl gated {pick}"
+        caller.cutedsl_decision, caller.cutedsl_config = dkey, pick  # the feedback saver files the timing
         ours.append(caller)
-    precompile_offer(Offer(problem, spec, tuple(configs), dynamic=dynamic))
+    precompile_offer(gated_offer)
+    if verdict == "won":
+        log.debug("cutedsl: %s: %s won here before (decision cache)", name, picks[0])
+        return ours[0].output_node()
     started = time.perf_counter()
     unfused = unfused_choice(name, inputs, layout, ref, "unfused GEMMs + activation * up")
     node, winner = select_against_unfused(name, unfused, ours, op, inputs, layout, started)

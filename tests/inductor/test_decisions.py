@@ -90,3 +90,44 @@ def test_verdicts():
     assert decisions.verdict({"ours_ms": 1.0, "theirs_ms": 1.01}) == "close"
     assert decisions.verdict({"ours_ms": 1.0, "theirs_ms": 1.2}) == "won"
     assert decisions.verdict({"ours_ms": 1.2, "theirs_ms": 1.0}) == "lost"
+
+
+@pytest.mark.parametrize("outcome", ["won", "lost", "close"])
+def test_gated_chain_keeps_its_decision(inductor, feedback, debug_log, outcome):
+    """The gated MLP's autotune is recorded like the fused chains'; the next compile of the same
+    block takes our recorded config without an autotune (won), puts the unfused ops back at once
+    (lost), or autotunes the recorded config alone against them (close)."""
+    import cutedsl_backend.inductor as cbi
+
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.gate, self.up = torch.nn.Linear(64, 128, bias=False), torch.nn.Linear(64, 128, bias=False)
+
+        def forward(self, x):
+            return F.silu(self.gate(x)) * self.up(x)
+
+    cbi.enable(device_arch=lambda d: "sm90a", gated_mlp=True)
+    model, x = Gated().to(torch.bfloat16), rand(32, 64)
+    with torch.no_grad():
+        compile_and_code(model, x)
+    gated = [(k, e) for k, e in entries().items() if "cutedsl_fused_gemm_gated" in k]
+    assert len(gated) == 1 and gated[0][1]["config"].startswith("sm90a_"), entries()
+    (k, entry), = gated
+    ours_ms = {"won": 1.0, "lost": 2.0, "close": 1.0}[outcome]
+    entry.update(ours_ms=ours_ms, theirs_ms=2.0 if outcome == "won" else 1.0)
+    decisions.path().write_text(json.dumps({k: entry}))
+    feedback.rounds.clear()
+    with torch.no_grad():
+        out, code = recompile(model, x)
+    rounds = [name for name, _ in feedback.rounds if name == "cutedsl_fused_gemm_gated"]
+    if outcome == "close":
+        assert rounds == ["cutedsl_fused_gemm_gated"]
+        ours = [d for n, d in feedback.ours("cutedsl_fused_gemm_gated") if n.startswith("cutedsl_gemm_gated")]
+        assert ours == [f"cutedsl gated {entry['config']}"]
+    else:
+        assert rounds == [] and any("decision cache" in r.getMessage() for r in debug_log.records)
+        assert ("cutedsl_gemm_gated" in code) == (outcome == "won"), code[-3000:]
+        assert not [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm")]  # no plain candidates either
+    torch.testing.assert_close(out.float(), model(x).float(), atol=0.05, rtol=0.05)
