@@ -19,6 +19,27 @@ def _shapes(spec: str):
     return [tuple(int(x) for x in s.split("x")) for s in spec.split(",")]
 
 
+# the commands that run kernels on a GPU (time them, probe them, fuzz them); the others compile,
+# replay, report or validate (compile-only without a GPU) on any machine
+GPU_COMMANDS = frozenset({
+    "bench", "bench-host", "sweep", "bench-epilogue", "bench-fp8", "sweep-epilogue", "sweep-fp8", "bench-inductor",
+    "sweep-shapes", "sweep-decode", "tune", "sweep-gated", "probe-power", "probe-tiles", "probe-epilogue", "fuzz"})
+CPU_COMMANDS = frozenset({
+    "config-table", "replay", "probe-workers", "sass-digest", "render-report", "compile", "info", "precompile",
+    "seal-cache", "merge-reports", "validate"})
+
+
+def _no_gpu_message(cmd: str) -> str | None:
+    """Why ``cmd`` cannot run here (no CUDA device), or None."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"python -m cutedsl_backend {cmd}: needs a CUDA GPU (the sm90a kernels run on an H100 or H200) and "
+            f"this machine has none (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built in'}). "
+            "Without a GPU, `validate` runs the compile-only matrix and `compile`, `replay` and `config-table` work.")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cutedsl_backend")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -178,6 +199,11 @@ def main(argv=None) -> int:
     v.add_argument("--workers", type=int, default=0)
     v.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
     args = ap.parse_args(argv)
+    if args.cmd in GPU_COMMANDS:
+        why = _no_gpu_message(args.cmd)
+        if why:
+            print(why, file=sys.stderr)
+            return 2
 
     if args.cmd in ("probe-power", "probe-tiles"):
         from .validation import probes
@@ -363,19 +389,14 @@ def main(argv=None) -> int:
         if args.rounds is not None and args.rounds < 1:
             bi.error("--rounds must be at least 1")
         if args.dynamic:
-            from .validation.bench_dynamic import bench_inductor_dynamic
+            from .validation.bench_dynamic import bench_inductor_dynamic, token_counts_of
 
             if args.isolated or args.rows or args.loss_rows:
                 bi.error("--dynamic runs in one process with its own variants: no --isolated, --rows or --loss-rows")
             try:
-                token_counts = tuple(int(m) for m in args.dynamic.split(","))
-            except ValueError:
-                bi.error(f"--dynamic: token counts are comma-separated integers, not {args.dynamic!r}")
-            if min(token_counts) < 2:
-                bi.error("--dynamic: token counts must be at least 2 (Dynamo compiles M = 0 and 1 apart)")
-            if token_counts[0] in (args.d, args.hidden):
-                bi.error("--dynamic: the first token count must differ from --d and --hidden (Dynamo would give "
-                         "them one symbol)")
+                token_counts = token_counts_of(args.dynamic, args.d, args.hidden)
+            except ValueError as e:
+                bi.error(f"--dynamic: {e}")
             rows = bench_inductor_dynamic(token_counts, args.d, args.hidden, args.dtype, rounds=args.rounds or 5)
             if args.json:
                 with open(args.json, "w") as f:

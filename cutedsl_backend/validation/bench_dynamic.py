@@ -20,6 +20,21 @@ from .bench_inductor import (
 )
 
 
+def token_counts_of(spec: str, d: int, hidden: int) -> tuple:
+    """``--dynamic``'s token counts ("16,48,512"), or ValueError naming the rule they break."""
+    try:
+        ms = tuple(int(m) for m in spec.split(","))
+    except ValueError:
+        raise ValueError(f"token counts are comma-separated integers, not {spec!r}") from None
+    if min(ms) < 2:
+        # dynamic=True still specializes sizes 0 and 1: such an M would need a graph of its own
+        raise ValueError(f"token counts must be at least 2 (got {min(ms)}): Dynamo compiles M = 0 and 1 apart")
+    if ms[0] in (d, hidden):
+        # Dynamo gives equal sizes one symbol at the first call: the width would follow the token count
+        raise ValueError(f"the first token count ({ms[0]}) must differ from d and hidden")
+    return ms
+
+
 def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                            variants=("aten+triton", "cutedsl cold"), log=print,
                            kernel_dir: Optional[str] = None, rounds: int = 5) -> list:
@@ -42,12 +57,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     import torch._dynamo
     from torch._inductor.utils import fresh_cache
 
-    if min(ms) < 2:
-        # dynamic=True still specializes sizes 0 and 1: such an M would need a graph of its own
-        raise ValueError(f"token counts must be at least 2 (got {min(ms)}): Dynamo compiles M = 0 and 1 apart")
-    if ms[0] in (d, hidden):
-        # Dynamo gives equal sizes one symbol at the first call: the width would follow the token count
-        raise ValueError(f"the first token count ({ms[0]}) must differ from d and hidden")
+    token_counts_of(",".join(map(str, ms)), d, hidden)
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
 

@@ -243,3 +243,25 @@ def test_base_images_are_pinned_by_digest():
             if image in stages:
                 continue
             assert re.search(r"@sha256:[0-9a-f]{64}$", image), f"{dockerfile.name}: FROM {image} not pinned by digest"
+
+
+def test_every_command_says_whether_it_needs_a_gpu(capsys, monkeypatch):
+    """Each CLI command is either GPU-only or runs anywhere; without a CUDA device a GPU-only
+    command exits 2 with a sentence naming what it needs (not a traceback from deep in torch)."""
+    import re
+
+    import torch
+
+    from cutedsl_backend.__main__ import CPU_COMMANDS, GPU_COMMANDS, main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = set(re.search(r"\{([a-z0-9,-]+)\}", capsys.readouterr().out).group(1).split(","))
+    assert listed == GPU_COMMANDS | CPU_COMMANDS, listed ^ (GPU_COMMANDS | CPU_COMMANDS)
+    assert not GPU_COMMANDS & CPU_COMMANDS
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    required = {"tune": ["--out", "unused"], "probe-tiles": ["clusters"]}  # their required arguments
+    for cmd in sorted(GPU_COMMANDS):
+        assert main([cmd, *required.get(cmd, [])]) == 2, cmd
+        err = capsys.readouterr().err
+        assert f"cutedsl_backend {cmd}: needs a CUDA GPU" in err and "Traceback" not in err, err

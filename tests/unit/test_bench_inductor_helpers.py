@@ -161,3 +161,12 @@ def test_compile_phases_are_the_compiles_own():
     assert _phase_delta(_compile_phases()) == {}  # nothing compiled since
     assert _phases_text({}) == "none recorded"
     torch._dynamo.reset()
+
+
+def test_dynamic_token_counts_are_checked():
+    from cutedsl_backend.validation.bench_dynamic import token_counts_of
+
+    assert token_counts_of("16,48,512", 4096, 14336) == (16, 48, 512)
+    for bad, rule in (("x,16", "integers"), ("1,16", "at least 2"), ("4096,16", "differ from d")):
+        with pytest.raises(ValueError, match=rule):
+            token_counts_of(bad, 4096, 14336)
