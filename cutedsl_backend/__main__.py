@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     ss.add_argument("--json", help="write the sweep (rows and summary) here")
     ss.add_argument("--no-config-tables", action="store_true",
                     help="rank with the cost models alone (no measured config table): the other half of an A/B")
-    ss.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,384,768 "
+    ss.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,768,1536 "
                     "between the measured tables' points, for an out-of-sample A/B)")
     sd = sub.add_parser("sweep-decode", help="every small/mid-M candidate (tile, K slices, A rows) on each model "
                         "projection vs cuBLAS: the data the decode cost model is fitted on (tuning)")

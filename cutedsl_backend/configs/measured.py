@@ -197,13 +197,19 @@ class MeasuredTables:
         """The tables measured on GPU model ``gpu`` (none for None or an unmeasured model)."""
         return tuple(self._load().get(gpu, ())) if gpu and self.enabled else ()
 
+    def entry(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[MeasuredEntry]:
+        """The table entry serving ``problem`` on GPU model ``gpu`` (its ``m`` is the token count
+        it was measured at), if a table holds one."""
+        for table in self.for_gpu(gpu):
+            found = table.entry(problem, epilogue)
+            if found is not None:
+                return found
+        return None
+
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""
-        for table in self.for_gpu(gpu):
-            config = table.choice(problem, epilogue)
-            if config is not None:
-                return config
-        return None
+        found = self.entry(problem, gpu, epilogue)
+        return None if found is None else found.config
 
 
 MEASURED = MeasuredTables()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Optional
@@ -33,10 +34,13 @@ def path() -> Path:
 
 
 def key(op: str, offer, device_name: str) -> str:
+    """The problem a decision is about: a dynamic offer (the per-call dispatcher) and a static one
+    at the same size hint are different decisions, and so are FP8's two accumulation modes."""
     import torch
 
-    return json.dumps([device_name, torch.__version__, op, offer.problem.describe(), offer.epilogue.key()],
-                      default=str)
+    return json.dumps([device_name, torch.__version__, op, offer.problem.describe(), offer.epilogue.key(),
+                       "dynamic" if offer.dynamic else "static",
+                       "fast_accum" if offer.problem.fast_accum else "precise_accum"], default=str)
 
 
 def _load(p: Path) -> dict:
@@ -98,7 +102,10 @@ def feedback_saver(timings, name, input_nodes, choices, *rest) -> None:
         return
     best = min(ours, key=timings.get)
     theirs = [timings[c] for c in timings if c not in ours]
-    record(best.cutedsl_decision, best.cutedsl_config, float(timings[best]), min(theirs) if theirs else None)
+    best_theirs = min(theirs) if theirs else None
+    if not math.isfinite(timings[best]) or (best_theirs is not None and not math.isfinite(best_theirs)):
+        return  # a candidate that failed is no measurement: it must not settle later compiles
+    record(best.cutedsl_decision, best.cutedsl_config, float(timings[best]), best_theirs)
 
 
 def install_feedback_saver() -> None:

@@ -136,6 +136,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                     fn = compiled[variant]
                     times[variant, m]["ms"].append(_median_ms(lambda: fn(x), warmup=25, rep=100))
                     times[variant, m]["device_ms"].append(device_ms_per_call(lambda: fn(x)))
+        # the profiler last: CUPTI may stay attached after it, adding host time to later timings
+        for m, x in xs.items():
             for row in rows:
                 fn = compiled[row["variant"]]
                 row["per_m"][m]["kernels"] = _kernels_per_call(lambda: fn(x))

@@ -218,7 +218,8 @@ def _esc(x) -> str:
 
 def perf_markdown(perf: dict) -> list:
     """The sweep in Markdown: per dtype its summary, then ratio tables (projection x M)."""
-    out = ["", f"## Performance sweep (tag `{perf.get('tag')}`; {perf.get('timing', '')})", "",
+    at = f" at M = {', '.join(map(str, perf['ms']))}" if perf.get("ms") else ""
+    out = ["", f"## Performance sweep (tag `{perf.get('tag')}`{at}; {perf.get('timing', '')})", "",
            f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result.", "",
            "| dtype | cells | geomean | M <= 64 | 65-1023 | >= 1024 | worst | below gate | wrong |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -230,10 +231,12 @@ def perf_markdown(perf: dict) -> list:
     served = {d: v for d, v in (perf.get("summary") or {}).items() if v.get("table_cells")}
     if served:
         out += ["", "Cells whose config came from this GPU's measured config table (`configs/tables/`: measured on "
-                "these projections, so in sample) and the rest (the cost models):", "",
-                "| dtype | table cells | geomean | other cells | geomean |", "|---|---|---|---|---|"]
-        out += [f"| {d} | {v['table_cells']} | {fmt(v['geomean_table'])} | {v['cells'] - v['table_cells']} | "
-                f"{fmt(v['geomean_models'])} |" for d, v in served.items()]
+                "these projections, in sample where at the cell's own M; the rest of them served by the entry "
+                "at the nearest measured M, out of sample) and the other cells (the cost models):", "",
+                "| dtype | table cells | of them from another M | geomean | other cells | geomean |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {d} | {v['table_cells']} | {v.get('table_cells_other_m', '-')} | {fmt(v['geomean_table'])} | "
+                f"{v['cells'] - v['table_cells']} | {fmt(v['geomean_models'])} |" for d, v in served.items()]
     rows = [r for r in perf.get("results", []) if "ratio" in r]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         sel = [r for r in rows if r["dtype"] == dtype]

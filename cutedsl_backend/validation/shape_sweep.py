@@ -173,7 +173,7 @@ def run_cell(dtype: str, proj, m: int) -> dict:
     row["peer_tflops"] = 2 * m * n * k / (timing["peer_ms"] * 1e9)
     row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
     row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
-    row["config"], row["config_source"] = _config_choice(dtype, m, n, k)
+    row["config"], row["config_source"], row["table_m"] = _config_choice(dtype, m, n, k)
     if not row["correct"]:
         row.update(status="fail", reason=f"wrong result: {check}")
     elif timing["ratio"] < MIN_CELL_RATIO:
@@ -184,8 +184,10 @@ def run_cell(dtype: str, proj, m: int) -> dict:
 
 
 def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> tuple:
-    """The config a cell runs and where the choice came from: "measured table" (this GPU model's
-    entry for the projection, configs.measured) or "models" (the ranking's cost models)."""
+    """The config a cell runs, where the choice came from: "measured table" (this GPU model's
+    entry for the projection, configs.measured) or "models" (the ranking's cost models), and the
+    token count the table's entry was measured at (None for the models; another M than the
+    cell's: the entry serves it by the nearest-M rule, out of sample)."""
     from ..configs import default_config
     from ..configs.measured import MEASURED
     from ..epilogue import EpilogueSpec
@@ -206,7 +208,10 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     else:
         p = make_problem(m, n, k, dtype=dtype, b_major="k")
     cfg = default_config(p, epilogue=spec, gpu=gpu)
-    return cfg.name, "measured table" if MEASURED.choice(p, gpu, spec) == cfg else "models"
+    entry = MEASURED.entry(p, gpu, spec)
+    if entry is not None and entry.config == cfg:
+        return cfg.name, "measured table", entry.m
+    return cfg.name, "models", None
 
 
 def summarize(rows: list) -> dict:
@@ -231,8 +236,10 @@ def summarize(rows: list) -> dict:
             "below_gate": sum(r["ratio"] < MIN_CELL_RATIO for r in ran),
             "wrong": sum(not r.get("correct", True) for r in ran),
             # cells whose config came from this GPU's measured table (the projections it was
-            # measured on: in-sample), and the rest (the cost models)
+            # measured on: in sample where measured at the cell's own M), and the rest (the models)
             "table_cells": sum(r.get("config_source") == "measured table" for r in ran),
+            "table_cells_other_m": sum(r.get("config_source") == "measured table" and r.get("table_m") not in
+                                       (None, r["m"]) for r in ran),
             "geomean_table": geo([r for r in ran if r.get("config_source") == "measured table"]),
             "geomean_models": geo([r for r in ran if r.get("config_source") != "measured table"]),
         }
@@ -250,7 +257,8 @@ def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = prin
     name = torch.cuda.get_device_name()
 
     def sweep(rows):
-        return {"results": rows, "summary": summarize(rows), "tag": tag, "ms": list(ms) if ms else None,
+        return {"results": rows, "summary": summarize(rows), "tag": tag,
+                "ms": sorted({m for _, _, m in cells}) if ms else None,
                 "gate_min_ratio": MIN_CELL_RATIO,
                 "peer": {"16-bit": "torch.matmul (cuBLAS)", "fp8": "torch._scaled_mm"},
                 "timing": f"CUDA-graph replay, ours and the peer alternated in {ROUNDS} rounds (more, up to "

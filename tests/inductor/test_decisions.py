@@ -131,3 +131,38 @@ def test_gated_chain_keeps_its_decision(inductor, feedback, debug_log, outcome):
         assert ("cutedsl_gemm_gated" in code) == (outcome == "won"), code[-3000:]
         assert not [c for c in feedback.ours() if c[0].startswith("cutedsl_gemm")]  # no plain candidates either
     torch.testing.assert_close(out.float(), model(x).float(), atol=0.05, rtol=0.05)
+
+
+def test_keys_tell_dynamic_from_static_and_the_accumulation_modes(inductor):
+    """A dynamic offer (the per-call dispatcher) and a static one at the same hint, and FP8's two
+    accumulation modes, are separate decisions."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.problem import make_problem
+
+    def offer(dynamic=False, fast=False):
+        problem = make_problem(32, 128, 64, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16", fast_accum=fast)
+        return SimpleNamespace(problem=problem, epilogue=EpilogueSpec(), dynamic=dynamic)
+
+    keys = {decisions.key("op", offer(d, f), "gpu") for d in (False, True) for f in (False, True)}
+    assert len(keys) == 4
+    assert dataclasses.is_dataclass(offer().problem)
+
+
+def test_a_failed_candidate_settles_nothing(inductor):
+    """An autotune where our best or the other side timed as inf (a failed candidate) is not
+    recorded: it would fix the verdict for every later compile of the build."""
+    from types import SimpleNamespace
+
+    class Choice(SimpleNamespace):
+        __hash__ = object.__hash__  # a dict key, as Inductor's choices are
+
+    ours = Choice(cutedsl_decision="k", cutedsl_config="sm90a_cfg")
+    theirs = Choice()
+    for timings in ({ours: float("inf"), theirs: 1.0}, {ours: 1.0, theirs: float("inf")}):
+        decisions.feedback_saver(timings, "n", [], list(timings))
+        assert "k" not in entries()
+    decisions.feedback_saver({ours: 1.0, theirs: 2.0}, "n", [], [ours, theirs])
+    assert entries()["k"] == {"config": "sm90a_cfg", "ours_ms": 1.0, "theirs_ms": 2.0}

@@ -212,16 +212,19 @@ def test_the_report_says_which_cells_a_measured_table_served():
     from cutedsl_backend.validation.report import perf_markdown
     from cutedsl_backend.validation.shape_sweep import summarize
 
-    def cell(m, ratio, source):
+    def cell(m, ratio, source, table_m=None):
         return {"dtype": "bfloat16", "model": "m", "projection": "p", "n": 4096, "k": 4096, "m": m,
-                "ratio": ratio, "status": "pass", "correct": True, "config_source": source}
+                "ratio": ratio, "status": "pass", "correct": True, "config_source": source, "table_m": table_m}
 
-    rows = [cell(256, 1.0, "measured table"), cell(512, 0.81, "models"), cell(1024, 0.9, "models")]
+    rows = [cell(256, 1.0, "measured table", 256), cell(320, 0.95, "measured table", 384), cell(512, 0.81, "models"),
+            cell(1024, 0.9, "models")]
     summary = summarize(rows)["bfloat16"]
-    assert summary["table_cells"] == 1 and summary["geomean_table"] == 1.0
+    # the 320-token cell took the entry measured at 384: a table cell out of sample
+    assert summary["table_cells"] == 2 and summary["table_cells_other_m"] == 1
+    assert abs(summary["geomean_table"] - 0.95 ** 0.5) < 1e-12
     assert abs(summary["geomean_models"] - (0.81 * 0.9) ** 0.5) < 1e-12
     text = "\n".join(perf_markdown({"summary": {"bfloat16": summary}, "results": rows}))
-    assert "| bfloat16 | 1 | 1.000 | 2 | 0.854 |" in text
+    assert "| bfloat16 | 2 | 1 | 0.975 | 2 | 0.854 |" in text
     rows = [{**r, "config_source": "models"} for r in rows]
     assert "measured config table" not in "\n".join(perf_markdown({"summary": summarize(rows), "results": rows}))
 
@@ -257,7 +260,7 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
     gpu = "NVIDIA H100 80GB HBM3"
     fp8 = next(t for t in MEASURED.for_gpu(gpu) if t.operands == "fp8_precise")
     e = next(e for e in fp8.entries if e.config is not None)
-    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (e.config.name, "measured table")
+    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (e.config.name, "measured table", e.m)
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
 
 
