@@ -267,6 +267,17 @@ def residual_view(residual):
         # tensor's unit stride for its leading dimension: computed on a copy with 16-byte rows
         rows = 16 // residual.element_size()
         residual = torch.empty((L, M, rows), dtype=residual.dtype, device=residual.device)[..., :1].copy_(residual)
+    if M == 1:
+        # one row: its stride is never used, and a unit one (a (1, 1) residual has two) would make
+        # a second unit stride: the aligned stride of a row of N elements instead
+        rows = 16 // residual.element_size()
+        row_stride = max(rows, -(-N // rows) * rows)
+        if residual.stride(1) != row_stride:
+            residual = residual.as_strided(residual.shape, (residual.stride(0), row_stride, residual.stride(2)))
+        if L > 1 and residual.stride(0) == 1:
+            # batches one element apart (one row of one column each): a copy with 16-byte rows
+            residual = torch.empty((L, M, row_stride), dtype=residual.dtype,
+                                   device=residual.device)[..., :N].copy_(residual)
     if residual.shape[0] == 1 and residual.stride(0) != residual.shape[1] * residual.stride(1):
         # one batch: its stride is never used; make it the aligned one TMA's descriptor checks
         residual = residual.as_strided(residual.shape, (residual.shape[1] * residual.stride(1),

@@ -126,3 +126,27 @@ def test_a_residual_of_the_results_shape_flattens_with_the_rows():
     assert torch.equal(epilogue_views(None, strided, None, None, p)[3][..., 0], strided.reshape(15, 8))
     with pytest.raises(UnsupportedGemmError, match="residual: shape must be"):
         EpilogueOperands(p, torch.device("cpu"), None, torch.randn(5, 3, 7, dtype=torch.bfloat16), None, None, None)
+
+
+@pytest.mark.parametrize("shape,strides", [((1, 1, 1), (1, 1, 1)), ((1, 1, 1), (8, 8, 1)), ((1, 1, 5), (5, 5, 1)),
+                                           ((1, 1, 5), (5, 1, 1)), ((2, 1, 3), (3, 3, 1)), ((1, 4, 1), (4, 1, 1)),
+                                           ((3, 1, 1), (1, 1, 1))])
+def test_the_residual_view_has_one_unit_stride_and_aligned_others(shape, strides):
+    """The DSL takes a tensor's unit stride for its leading dimension and TMA checks every other
+    stride for 16-byte alignment: the (M, N, L) residual view keeps N the only unit-stride
+    dimension whatever the extents (a (1, 1) residual had three unit strides: a foreign error from
+    the DSL, found by the scaled_mm fuzzer on an H100), and reads the same values."""
+    import torch
+
+    from cutedsl_backend.operands import residual_view
+
+    base = torch.randn(64, dtype=torch.bfloat16)
+    residual = base.as_strided(shape, strides)
+    view = residual_view(residual)
+    M, N, L = view.shape
+    assert (M, N, L) == (shape[1], shape[2], shape[0])
+    units = [d for d, st in enumerate(view.stride()) if st == 1]
+    assert units == [1], view.stride()
+    # an extent-1 dimension's stride is never used: an aligned one, as TMA's descriptor checks
+    assert all(st * 2 % 16 == 0 for d, st in enumerate(view.stride()) if d != 1 and view.shape[d] == 1), view.stride()
+    torch.testing.assert_close(view.permute(2, 0, 1), residual, rtol=0, atol=0)
