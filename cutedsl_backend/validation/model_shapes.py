@@ -47,7 +47,10 @@ MODEL_PROJECTIONS: list = (
 M_ALL = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048,
          3072, 4096, 8192, 16384)
 M_ODD = (3, 77, 200, 1000, 2500)
-M_STANDARD = (1, 4, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096)
+# standard: the decode and prefill points plus token counts between the measured config tables'
+# (128, 192, 256, 384, 512, 1024): the tables serve those by the nearest measured M, and on the
+# H100 they ran at 0.80-0.88x where the tables' own points ran at 0.95-1.03x
+M_STANDARD = (1, 4, 16, 32, 64, 96, 128, 160, 192, 256, 320, 512, 768, 1024, 2048, 4096)
 M_QUICK = (1, 16, 128, 192, 4096)
 
 # dtypes the sweep runs: 16-bit GEMMs against torch.matmul (cuBLAS), fp8 against torch._scaled_mm
@@ -70,7 +73,8 @@ def unique_shapes(projections) -> list:
 
 def sweep_cells(tag: str, dtypes=SWEEP_DTYPES, ms: Optional[tuple] = None) -> list:
     """(dtype, projection, M) cells of the sweep for ``tag``: quick, a handful (two llama3-8b
-    projections at five M); standard, every model's distinct shapes at a dozen M; full, every shape
+    projections at five M); standard, every model's distinct shapes at 16 M (the measured tables'
+    points and the token counts between them); full, every shape
     at every M and the odd M; each up to the tag's MAX_FLOPS. ``ms``: these token counts instead
     of the tag's (e.g. those between a measured config table's, to check what it serves there)."""
     if tag == "quick":

@@ -182,3 +182,17 @@ def test_token_counts_other_than_the_tags():
     for bad in ((), (0, 16)):
         with pytest.raises(ValueError):
             sweep_cells("standard", ("bfloat16",), ms=bad)
+
+
+def test_the_standard_tag_measures_between_the_tables_points():
+    """The standard perf gate includes token counts between those the config tables are measured
+    at (tune: 128, 192, 256, 384, 512, 1024): there the tables serve by the nearest measured M, and
+    a gate of the tables' own points alone measured them in sample only."""
+    import inspect
+
+    from cutedsl_backend.validation.tune import tune
+
+    defaults = {k: v.default for k, v in inspect.signature(tune).parameters.items()}
+    measured = {m for key in ("ms", "swap_ms", "fp8_ms", "fp8_swap_ms") for m in defaults[key]}
+    between = [m for m in ms.M_STANDARD if min(measured) < m < max(measured) and m not in measured]
+    assert len(between) >= 3, between
