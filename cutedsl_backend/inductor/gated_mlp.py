@@ -435,10 +435,13 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     # at once, a won one emitted unbenchmarked, a close one offered its recorded config only
     dkey = decisions.key(name, gated_offer, decisions.device_name(inputs[0].get_device()))
     gated_offer, verdict = decisions.narrow(gated_offer, dkey)
-    if verdict == "lost":
-        log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
+    def no_plain_candidates():  # as after a lost epilogue chain: none for the inlined GEMMs
         for weight in inputs[1:3]:
             suppress(inputs[0], weight)
+
+    if verdict == "lost":
+        log.debug("cutedsl: %s: the unfused ops won here before (decision cache); inlined", name)
+        no_plain_candidates()
         return _inline_unfused(ref, args, name)
     size = [inputs[0].get_size()[0], inputs[1].get_size()[0]]
     out_dtype = scaled[0] if scaled is not None else inputs[0].get_dtype()
@@ -460,8 +463,7 @@ def _lower(op, args, kwargs, kernel_config, ref, scaled=None):
     node, winner = select_against_unfused(name, unfused, ours, op, inputs, layout, started)
     if winner is unfused:
         log.debug("cutedsl: %s: the unfused ops won; inlined", name)
-        for weight in inputs[1:3]:  # as a lost epilogue chain: no plain candidates for its GEMMs
-            suppress(inputs[0], weight)
+        no_plain_candidates()
         return _inline_unfused(ref, args, name, gm=unfused.gm)
     return node
 

@@ -15,7 +15,8 @@ from .bench_inductor import (
     _cudagraph_skips,
     _phase_delta,
     _phases_text,
-    _short,
+    _timeline,
+    _timeline_text,
     residual_mlp,
 )
 
@@ -26,6 +27,11 @@ def token_counts_of(spec: str, d: int, hidden: int) -> tuple:
         ms = tuple(int(m) for m in spec.split(","))
     except ValueError:
         raise ValueError(f"token counts are comma-separated integers, not {spec!r}") from None
+    return check_token_counts(ms, d, hidden)
+
+
+def check_token_counts(ms: tuple, d: int, hidden: int) -> tuple:
+    """``ms``, or ValueError naming the rule they break."""
     if min(ms) < 2:
         # dynamic=True still specializes sizes 0 and 1: such an M would need a graph of its own
         raise ValueError(f"token counts must be at least 2 (got {min(ms)}): Dynamo compiles M = 0 and 1 apart")
@@ -57,7 +63,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     import torch._dynamo
     from torch._inductor.utils import fresh_cache
 
-    token_counts_of(",".join(map(str, ms)), d, hidden)
+    check_token_counts(ms, d, hidden)
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
 
@@ -127,8 +133,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         if not drained:
             log("silu_mlp dynamic: WARNING: our background compiles or loads were still under way after "
                 "300 s; the timings share the CPU with them")
-        background = [(round(t - compiled_at, 2), what, _short(key)) for t, what, key in STORE.events
-                      if t > compiled_at]
+        background = _timeline(compiled_at, digits=2)
         for m, x in xs.items():
             for round_ in range(rounds):
                 # each round in the other order: neither variant always runs right after the other
@@ -177,7 +182,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     if background:
         log("silu_mlp dynamic: our background work after the compile (s after it; "
             + ("finished before the timings" if drained else "not all finished before the timings") + "): "
-            + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in background[:40]))
+            + _timeline_text(background[:40]))
     for row in rows:
         log(f"silu_mlp dynamic {row['variant']:14s} compile {row['compile_s']:7.2f} s"
             + (f" ({row['compile_ratio_vs_aten_triton']:.2f}x)" if "compile_ratio_vs_aten_triton" in row else "")

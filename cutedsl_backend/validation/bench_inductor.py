@@ -184,6 +184,19 @@ def _clear_our_memory_caches():
     PLANS.clear()
 
 
+def _timeline(start: float, end: float = float("inf"), digits: int = 3) -> list:
+    """Our compile pipeline's events from ``start`` to ``end`` (perf_counter seconds): (seconds
+    after ``start``, what, key shortened)."""
+    from .. import compiler
+
+    return [(round(t - start, digits), what, _short(key)) for t, what, key in compiler.STORE.events
+            if start <= t <= end]
+
+
+def _timeline_text(events) -> str:
+    return "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in events)
+
+
 def _short(key: str) -> str:
     """A timeline key as printed: kernel cache keys (long hex) cut to 12 characters, names whole."""
     return key[:12] if re.fullmatch(r"[0-9a-f]{16,}", key) else key
@@ -235,8 +248,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     fallbacks = stats1.pop("runtime_fallbacks") - stats0["runtime_fallbacks"]
     ours = {k: round(v - stats0[k], 3) for k, v in stats1.items()}
     # the compile pipeline's events during this compile, in seconds from its start (keys shortened)
-    timeline = [(round(t - t0, 3), what, _short(key)) for t, what, key in compiler.STORE.events
-                if t0 <= t <= t0 + compile_s]
+    timeline = _timeline(t0, t0 + compile_s)
     row = {"block": name, "variant": variant, "compile_s": compile_s, "ms": ms, "eager_ms": eager_ms,
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": fallbacks,
            "cudagraph_skips": _cudagraph_skips() - skips0, "our_kernel_fetches": ours, "our_timeline": timeline,
@@ -254,7 +266,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     log(f"{'':14s} {'':14s} our kernels: {ours}")
     log(f"{'':14s} {'':14s} compile phases (s, inclusive): " + _phases_text(phases))
     if timeline:
-        log(f"{'':14s} {'':14s} timeline: " + "; ".join(f"{t:.2f} {what} {key}".strip() for t, what, key in timeline))
+        log(f"{'':14s} {'':14s} timeline: " + _timeline_text(timeline))
     return row
 
 

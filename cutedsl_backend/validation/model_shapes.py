@@ -74,9 +74,9 @@ def unique_shapes(projections) -> list:
 def sweep_cells(tag: str, dtypes=SWEEP_DTYPES, ms: Optional[tuple] = None) -> list:
     """(dtype, projection, M) cells of the sweep for ``tag``: quick, a handful (two llama3-8b
     projections at five M); standard, every model's distinct shapes at 16 M (the measured tables'
-    points and the token counts between them); full, every shape
-    at every M and the odd M; each up to the tag's MAX_FLOPS. ``ms``: these token counts instead
-    of the tag's (e.g. those between a measured config table's, to check what it serves there)."""
+    points and the token counts between them); full, every shape at every M and the odd M; each up
+    to the tag's MAX_FLOPS. ``ms``: these token counts instead of the tag's (e.g. those between a
+    measured config table's, to check what it serves there)."""
     if tag == "quick":
         shapes = [p for p in MODEL_PROJECTIONS if p.model == "llama3-8b" and p.name in ("o", "gate_up")]
         tag_ms = M_QUICK

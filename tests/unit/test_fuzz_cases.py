@@ -62,16 +62,21 @@ def _torch_gemm(a, b, *, bias=None, activation=None, residual=None, alpha=1.0, b
     return y
 
 
+def _outcomes(run, draw_case, count: int) -> list:
+    """What ``run`` says of the first ``count`` cases of seed 5 (None where the call was right)."""
+    return [run(draw_case(5, i, device="cpu")) for i in range(count)]
+
+
 def test_the_fuzz_passes_a_right_implementation_and_catches_a_wrong_one(monkeypatch):
     """The harness can fail: a stand-in that drops the bias is caught, torch's own semantics are not."""
     import cutedsl_backend as cb
     from cutedsl_backend.validation import fuzz as fz
 
     monkeypatch.setattr(cb, "gemm", _torch_gemm)
-    right = [fz.run_case(draw(5, i, device="cpu")) for i in range(120)]
+    right = _outcomes(fz.run_case, draw, 120)
     assert [f for f in right if f] == []
     monkeypatch.setattr(cb, "gemm", lambda *a, **k: _torch_gemm(*a, **k, drop_bias=True))
-    wrong = [fz.run_case(draw(5, i, device="cpu")) for i in range(120)]
+    wrong = _outcomes(fz.run_case, draw, 120)
     assert any(f and "wrong result" in f for f in wrong)
     monkeypatch.setattr(cb, "gemm", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
     assert "KeyError" in fz.run_case(draw(5, 0, device="cpu"))
@@ -148,13 +153,13 @@ def test_the_gated_fuzz_passes_a_right_implementation_and_catches_a_wrong_one(mo
     from cutedsl_backend.validation import fuzz_gated as fg
 
     monkeypatch.setattr(cb, "gemm_gated", _torch_gated)
-    right = [fg.run_gated_case(fg.draw_gated(5, i, device="cpu")) for i in range(150)]
+    right = _outcomes(fg.run_gated_case, fg.draw_gated, 150)
     assert [f for f in right if f] == []
     monkeypatch.setattr(cb, "gemm_gated", lambda *a, **k: _torch_gated(*a, **k, drop_bias=True))
-    wrong = [fg.run_gated_case(fg.draw_gated(5, i, device="cpu")) for i in range(150)]
+    wrong = _outcomes(fg.run_gated_case, fg.draw_gated, 150)
     assert any(f and "wrong result" in f for f in wrong)
     monkeypatch.setattr(cb, "gemm_gated", lambda *a, **k: _torch_gated(*a, **k, swap_halves=True))
-    wrong = [fg.run_gated_case(fg.draw_gated(5, i, device="cpu")) for i in range(400)]
+    wrong = _outcomes(fg.run_gated_case, fg.draw_gated, 400)
     assert any(f and "wrong result" in f and "concatenated bias" in f for f in wrong)
     monkeypatch.setattr(cb, "gemm_gated", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
     assert "KeyError" in fg.run_gated_case(fg.draw_gated(5, 0, device="cpu"))
@@ -230,10 +235,10 @@ def test_the_scaled_fuzz_passes_a_right_implementation_and_catches_a_wrong_one(m
     from cutedsl_backend.validation import fuzz_scaled as fs
 
     monkeypatch.setattr(cb, "scaled_mm", _torch_scaled_mm)
-    right = [fs.run_scaled_case(fs.draw_scaled(5, i, device="cpu")) for i in range(150)]
+    right = _outcomes(fs.run_scaled_case, fs.draw_scaled, 150)
     assert [f for f in right if f] == []
     monkeypatch.setattr(cb, "scaled_mm", lambda *a, **k: _torch_scaled_mm(*a, **k, drop_scale_b=True))
-    wrong = [fs.run_scaled_case(fs.draw_scaled(5, i, device="cpu")) for i in range(150)]
+    wrong = _outcomes(fs.run_scaled_case, fs.draw_scaled, 150)
     assert any(f and "wrong result" in f for f in wrong)
     monkeypatch.setattr(cb, "scaled_mm", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
     assert "KeyError" in fs.run_scaled_case(fs.draw_scaled(5, 0, device="cpu"))
