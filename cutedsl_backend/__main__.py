@@ -119,7 +119,7 @@ def main(argv=None) -> int:
                     help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')
     ct.add_argument("--source", required=True, help="the commands and code version that produced the sweeps")
     ct.add_argument("--min-gain", type=float, default=0.03,
-                    help="keep an entry only where the fastest config beat the models' pick by more than this")
+                    help="name the fastest config where it beat the models' pick by more than this, else the pick")
     ct.add_argument("-o", "--out", required=True, help="the table's JSON file")
     rp = sub.add_parser("replay", help="score the dispatcher's current choices on stored sweep-decode rows (each "
                         "row's own peer timing; no GPU needed): the sweep's picks, today's picks and the best")
@@ -130,11 +130,11 @@ def main(argv=None) -> int:
                         "on the model projections, then one table per operand class (use them with "
                         "CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or copy them into cutedsl_backend/configs/tables/)")
     tu.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables")
-    tu.add_argument("--ms", default="256,384,512,1024", help="token counts of the bf16 mid-size sweep")
-    tu.add_argument("--swap-ms", default="128,192", help="token counts of the bf16 swap-AB sweep")
-    tu.add_argument("--fp8-ms", default="128,192,256,512,1024",
+    tu.add_argument("--ms", default="256,320,384,512,640,768,1024,1536", help="token counts of the bf16 mid-size sweep")
+    tu.add_argument("--swap-ms", default="96,128,160,192,256,320", help="token counts of the bf16 swap-AB sweep")
+    tu.add_argument("--fp8-ms", default="256,320,384,512,768,1024,1536",
                     help="token counts of the fp8 (e4m3, fp32 accumulation) mid-size sweep; empty: none")
-    tu.add_argument("--fp8-swap-ms", default="128,192",
+    tu.add_argument("--fp8-swap-ms", default="96,128,160,192,256",
                     help="token counts of the fp8 swap-AB sweep (scalar scales); empty: none")
     tu.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                     "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(table.to_json(), f, indent=1)
             f.write("\n")
-        chosen = [e for e in table.entries if e.config is not None]
+        chosen = [e for e in table.entries if e.ms * (1 + args.min_gain) < e.model_ms]
         gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
         gain = geomean(gains) if gains else 1.0
         print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "

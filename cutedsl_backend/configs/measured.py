@@ -1,17 +1,17 @@
 """Measured config tables: per GPU model, the config that ran fastest for a known projection
-(N, K) at a measured token count M, from a candidate sweep on that GPU.
+(N, K) at each measured token count M, from a candidate sweep on that GPU.
 
 A cost model ranks configs for any shape; for the projections models actually run it leaves
 5-15% on the table at a few hundred tokens (where wave quantization and the per-tile prologue
 decide most of the time). A table records what the sweep measured instead, for its GPU only:
-per projection and measured M, the fastest config, or none where the models' pick was within
-noise of it. A runtime M is served by the measurement at the nearest measured M (log scale,
-within a factor sqrt(2)), and only where that config partitions the token dimension exactly as
-there (the same number of tiles along it): same tiles, same waves, only the last tile's fill
-differs. (Tile count alone is not enough: a config measured at 256 tokens also has one tile at
-16, where the problem is bandwidth-bound and another config wins.) Anything else - another GPU,
-projection, layout, batch or operand class, an M far from every measured one - falls back to
-the ranking's models.
+per projection and measured M, the config that ran fastest there, or the models' pick where no
+candidate beat it beyond noise (a measured config either way). The measured token counts are
+bucket bounds: a runtime M is served by the entry at the smallest measured M at or above it,
+if that is within a factor sqrt(2): its config partitions the tokens into as many tiles or
+fewer, so it runs at most the work it was measured at, and nothing farther is trusted (a config
+measured at 128 tokens still has one tile at 16, where the problem is bandwidth-bound and the
+few-token configs win). Anything else - another GPU, projection, layout, batch or operand class,
+an M above the largest measured one or far below the next - falls back to the ranking's models.
 
 Tables are JSON files in ``configs/tables/``, made by ``python -m cutedsl_backend config-table``
 from ``sweep-decode --json`` rows, each carrying the commands that produced it. Pure Python.
@@ -33,24 +33,18 @@ from .rules import fits, is_valid
 log = logging.getLogger("cutedsl_backend.configs")
 TABLE_DIR = Path(__file__).with_name("tables")
 TABLE_SCHEMA = 2
-# the farthest a runtime M may be from the measured one serving it (a ratio)
+# the farthest below the measured M serving it a runtime M may be (a ratio)
 MAX_M_RATIO = math.sqrt(2)
 # sweep-decode's --dtype -> the operand class (problem.operand_class) its rows measure
 SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_tensorwise_fast": "fp8_fast"}
 
 
-def token_tiles(config: GemmConfig, m: int) -> int:
-    """How many tiles (cluster-wide) ``config`` spends along the token dimension M: the kernel's
-    N for a swap-AB config (it computes out^T), its M otherwise."""
-    along = config.tile_n * config.cluster_n if config.swap_ab else config.tile_m * config.cluster_m
-    return math.ceil(m / along)
-
-
 @dataclass(frozen=True)
 class MeasuredEntry:
-    """The fastest config measured for (n, k) at m tokens, None where the models' pick was as fast
-    (within the table's noise margin); ``ms`` the fastest time, ``peer_ms`` the peer's in the
-    same run, ``model_ms`` the time of the pick the models made then."""
+    """The config serving (n, k) up to m tokens: the fastest measured there, or the models' pick
+    where it was as fast (within the table's noise margin; None in tables made before picks were
+    kept: the models serve); ``ms`` the fastest time, ``peer_ms`` the peer's in the same run,
+    ``model_ms`` the time of the pick the models made then."""
 
     n: int
     k: int
@@ -88,9 +82,9 @@ class MeasuredTable:
                 and problem.out_dtype == out_dtype and problem.b_dtype is None)
 
     def entry(self, problem: GemmProblem, epilogue=None) -> Optional[MeasuredEntry]:
-        """The entry serving ``problem`` (see the module doc): the measurement at the nearest
-        measured M, if it names a config that has the same tiles along M there and takes this
-        problem and epilogue; else None. The sweeps ran bare GEMMs (scalar scales for fp8): a
+        """The entry serving ``problem`` (see the module doc): the measurement at the smallest
+        measured M at or above the problem's, within :data:`MAX_M_RATIO`, if its config takes
+        this problem and epilogue; else None. The sweeps ran bare GEMMs (scalar scales for fp8): a
         bias and an activation are served too (a few percent on every config alike);
         never a residual (its loads change which schedule wins: configs.tuning), a gated
         epilogue (its tiles pair columns; measured separately) or fp8 scales other than scalars."""
@@ -99,16 +93,15 @@ class MeasuredTable:
             return None
         if problem.m <= 0 or not self.covers(problem):
             return None
-        nearest = min(self._by_nk.get((problem.n, problem.k), ()),
-                      key=lambda e: (abs(math.log(problem.m / e.m)), e.m), default=None)
-        if nearest is None or nearest.config is None or max(problem.m / nearest.m, nearest.m / problem.m) > MAX_M_RATIO:
+        bound = min((e for e in self._by_nk.get((problem.n, problem.k), ()) if e.m >= problem.m),
+                    key=lambda e: e.m, default=None)
+        if bound is None or bound.config is None or bound.m > MAX_M_RATIO * problem.m:
             return None
-        config = nearest.config
-        if (token_tiles(config, problem.m) != token_tiles(config, nearest.m)
-                or not is_valid(config, problem.swapped() if config.swap_ab else problem)
-                or not fits(config, problem, epilogue)):
+        config = bound.config
+        if not (is_valid(config, problem.swapped() if config.swap_ab else problem)
+                and fits(config, problem, epilogue)):
             return None
-        return nearest
+        return bound
 
     def choice(self, problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
         e = self.entry(problem, epilogue)
@@ -134,9 +127,10 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
     """A table from ``sweep-decode`` rows ({m, n, k, dtype, peer_ms, pick, times}) of one GPU and
     one operand class (every row's dtype of the same class, :data:`SWEEP_OPERANDS`): per
     (n, k, m) the fastest config where it beat the models' pick by more than ``min_gain``, else
-    none (a smaller gain is within the sweep's run-to-run noise: the models serve that M, as
-    measured). Rows of several sweeps for the same (n, k, m) are merged (every config's fastest
-    time)."""
+    that pick (a smaller gain is within the sweep's run-to-run noise; the pick is kept as a
+    measured config because the models may pick otherwise at the token counts below m that the
+    entry serves). Rows of several sweeps for the same (n, k, m) are merged (every config's
+    fastest time)."""
     rows = list(rows)
     classes = {SWEEP_OPERANDS.get(row["dtype"]) for row in rows}
     operands = next(iter(classes)) if len(classes) == 1 else None
@@ -156,9 +150,9 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
         times = slot["times"]
         best = min(times, key=lambda name: (times[name], name))
         model_ms = times.get(slot["pick"], math.inf)
-        config = None if times[best] * (1 + min_gain) >= model_ms else GemmConfig.from_name(best)
+        kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
         peer = sorted(slot["peer"])[len(slot["peer"]) // 2]
-        entries.append(MeasuredEntry(n, k, m, config, times[best], peer,
+        entries.append(MeasuredEntry(n, k, m, GemmConfig.from_name(kept), times[best], peer,
                                      model_ms if math.isfinite(model_ms) else -1.0))
     return MeasuredTable(gpu, arch, operands, source, tuple(entries))
 

@@ -333,6 +333,22 @@ class SwapModel:
                 for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
                 if not (sched == "pingpong" and tn == 256)]
 
+    @staticmethod
+    def sweep_candidates(arch: str = "sm90a") -> list:
+        """The swap-AB configs the tuning sweep (``sweep-decode --space swap``) times, for the
+        measured tables: tokens per tile exactly 96 and 160 besides 64, 128, 192 and 256 (a token
+        count between those otherwise pads to the next width), 1-2 K slices (4 at 64: no swap
+        config with more won or came within 2% of the best on the H100's swap sweeps at 96-256
+        tokens), and a cluster of two along the tokens (the weights multicast to both) for 256-384
+        tokens in two tiles. The models rank :meth:`candidates` only: these widths are unmeasured
+        where no table is."""
+        widths = [(64, s) for s in (2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
+        out = [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
+               for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
+               if not (sched == "pingpong" and tn == 256)]
+        return out + [GemmConfig(tm, tn, schedule=sched, cluster_n=2, arch=arch, swap_ab=True)
+                      for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
+
 
 SWAP_MODEL = SwapModel()
 # precise FP8 (e4m3, every k-tile added in fp32; bf16 out; scalar scales), the 16-bit model's rates,

@@ -47,10 +47,10 @@ MODEL_PROJECTIONS: list = (
 M_ALL = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048,
          3072, 4096, 8192, 16384)
 M_ODD = (3, 77, 200, 1000, 2500)
-# standard: the decode and prefill points plus token counts between the measured config tables'
-# (128, 192, 256, 384, 512, 1024): the tables serve those by the nearest measured M, and on the
-# H100 they ran at 0.80-0.88x where the tables' own points ran at 0.95-1.03x
-M_STANDARD = (1, 4, 16, 32, 64, 96, 128, 160, 192, 256, 320, 512, 768, 1024, 2048, 4096)
+# standard: the decode and prefill points, some of the bucket bounds the config tables are measured
+# at (validation.tune), and six token counts that are none of those bounds (80 ... 896), which a
+# table serves from the next bound up: the gate measures the tables out of sample too
+M_STANDARD = (1, 4, 16, 32, 64, 80, 128, 144, 192, 224, 256, 288, 448, 512, 896, 1024, 2048, 4096)
 M_QUICK = (1, 16, 128, 192, 4096)
 
 # dtypes the sweep runs: 16-bit GEMMs against torch.matmul (cuBLAS), fp8 against torch._scaled_mm

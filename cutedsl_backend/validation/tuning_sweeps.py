@@ -188,10 +188,10 @@ def mid_candidates(arch: str = "sm90a") -> list:
 
 
 def swap_candidates(arch: str = "sm90a") -> list:
-    """Swap-AB configs: configs.SwapModel's candidates."""
+    """Swap-AB configs: configs.SwapModel's sweep candidates (its own and the tables' widths)."""
     from ..configs import SwapModel
 
-    return SwapModel.candidates(arch)
+    return SwapModel.sweep_candidates(arch)
 
 
 def sweep_problem(dtype: str, m: int, n: int, k: int):
