@@ -130,12 +130,12 @@ def main(argv=None) -> int:
                         "on the model projections, then one table per operand class (use them with "
                         "CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or copy them into cutedsl_backend/configs/tables/)")
     tu.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables")
-    tu.add_argument("--ms", default="256,320,384,512,640,768,1024,1536", help="token counts of the bf16 mid-size sweep")
-    tu.add_argument("--swap-ms", default="96,128,160,192,256,320", help="token counts of the bf16 swap-AB sweep")
-    tu.add_argument("--fp8-ms", default="256,320,384,512,768,1024,1536",
+    from .validation import tune as grids  # the default token counts (pure Python)
+    tu.add_argument("--ms", default=",".join(map(str, grids.MID_MS)), help="token counts of the bf16 mid-size sweep")
+    tu.add_argument("--swap-ms", default=",".join(map(str, grids.SWAP_MS)), help="the bf16 swap-AB sweep's")
+    tu.add_argument("--fp8-ms", default=",".join(map(str, grids.FP8_MID_MS)),
                     help="token counts of the fp8 (e4m3, fp32 accumulation) mid-size sweep; empty: none")
-    tu.add_argument("--fp8-swap-ms", default="96,128,160,192,256",
-                    help="token counts of the fp8 swap-AB sweep (scalar scales); empty: none")
+    tu.add_argument("--fp8-swap-ms", default=",".join(map(str, grids.FP8_SWAP_MS)), help="fp8 swap-AB sweep's")
     tu.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                     "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
     tu.add_argument("--models", help="only these models' projections (comma-separated)")
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(table.to_json(), f, indent=1)
             f.write("\n")
-        chosen = [e for e in table.entries if e.ms * (1 + args.min_gain) < e.model_ms]
+        chosen = [e for e in table.entries if e.beats_models(args.min_gain)]
         gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
         gain = geomean(gains) if gains else 1.0
         print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "

@@ -35,6 +35,8 @@ TABLE_DIR = Path(__file__).with_name("tables")
 TABLE_SCHEMA = 2
 # the farthest below the measured M serving it a runtime M may be (a ratio)
 MAX_M_RATIO = math.sqrt(2)
+# the least gain over the models' pick for which a table names another config (the sweeps' noise)
+MIN_GAIN = 0.03
 # sweep-decode's --dtype -> the operand class (problem.operand_class) its rows measure
 SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_tensorwise_fast": "fp8_fast"}
 
@@ -53,6 +55,11 @@ class MeasuredEntry:
     ms: float
     peer_ms: float
     model_ms: float
+
+    def beats_models(self, min_gain: float = MIN_GAIN) -> bool:
+        """Whether the entry names a config other than the models' pick: it ran more than
+        ``min_gain`` faster, or the pick did not run (``model_ms`` -1)."""
+        return self.model_ms < 0 or self.ms * (1 + min_gain) < self.model_ms
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ class MeasuredTable:
 
 
 def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "sm90a",
-                      min_gain: float = 0.03) -> MeasuredTable:
+                      min_gain: float = MIN_GAIN) -> MeasuredTable:
     """A table from ``sweep-decode`` rows ({m, n, k, dtype, peer_ms, pick, times}) of one GPU and
     one operand class (every row's dtype of the same class, :data:`SWEEP_OPERANDS`): per
     (n, k, m) the fastest config where it beat the models' pick by more than ``min_gain``, else
@@ -199,6 +206,12 @@ class MeasuredTables:
             if found is not None:
                 return found
         return None
+
+    def bounds(self, problem: GemmProblem, gpu: Optional[str]) -> tuple:
+        """The token counts this GPU model's tables measured ``problem``'s projection at (its class
+        and layout; the M of ``problem`` aside), ascending: where a served config changes."""
+        return tuple(sorted({e.m for t in self.for_gpu(gpu) if t.covers(problem)
+                             for e in t._by_nk.get((problem.n, problem.k), ())}))
 
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""

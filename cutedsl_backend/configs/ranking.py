@@ -323,7 +323,7 @@ class SwapModel:
     def candidates(arch: str = "sm90a") -> list:
         """Swap-AB configs: 128-row cooperative and 64-row ping-pong tiles over the weights; 32-64
         tokens per tile with 2-8 K slices, 128-256 with 1-4 (ping-pong: up to 192); with and
-        without a cluster along the weights (what ``sweep-decode --space swap`` measures). The
+        without a cluster along the weights (what the model was fitted on). The
         64 x 256 ping-pong tile is left out: on the H100 sweep it was no shape's best swap config
         at 256 tokens (0.63-0.86x cuBLAS), and the H200 validation, where the model picked it at
         256 tokens, measured it below the unswapped pick on each of its ten shapes (0.77-0.89x)."""
@@ -337,15 +337,18 @@ class SwapModel:
     def sweep_candidates(arch: str = "sm90a") -> list:
         """The swap-AB configs the tuning sweep (``sweep-decode --space swap``) times, for the
         measured tables: tokens per tile exactly 96 and 160 besides 64, 128, 192 and 256 (a token
-        count between those otherwise pads to the next width), 1-2 K slices (4 at 64: no swap
-        config with more won or came within 2% of the best on the H100's swap sweeps at 96-256
-        tokens), and a cluster of two along the tokens (the weights multicast to both) for 256-384
-        tokens in two tiles. The models rank :meth:`candidates` only: these widths are unmeasured
-        where no table is."""
+        count between those otherwise pads to the next width), 1-2 K slices (2-4 at 64 tokens; 4 at
+        128 and 192 without a cluster: on the H100's swap sweeps at 96-256 tokens the 32-wide tiles,
+        8 slices and the other 4-slice configs were never the fastest and within 2% of it in 1-2 of
+        192 rows), and a cluster of two along the tokens (the weights multicast to both) for
+        256-384 tokens in two tiles. The models rank :meth:`candidates` only: these widths are
+        unmeasured where no table is."""
         widths = [(64, s) for s in (2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
         out = [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
                if not (sched == "pingpong" and tn == 256)]
+        out += [GemmConfig(tm, tn, schedule=sched, splits=4, arch=arch, swap_ab=True)
+                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 192)]
         return out + [GemmConfig(tm, tn, schedule=sched, cluster_n=2, arch=arch, swap_ab=True)
                       for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
 

@@ -51,14 +51,16 @@ class Offer:
 
     def dispatch_buckets(self) -> list:
         """(problem, config) of each config the per-call dispatcher picks over the token range (M
-        from 1 to 16384 at the hint's N, K and batch): the kernels worth compiling ahead of the
-        first calls (kernels are shape-generic: one per config serves its whole bucket)."""
+        from 1 to 16384 at the hint's N, K and batch, and each token count a measured config table
+        holds for the projection): the kernels worth compiling ahead of the first calls (kernels
+        are shape-generic: one per config serves its whole bucket)."""
         import dataclasses
 
         from ..configs import default_config
+        from ..configs.measured import MEASURED
 
         picks: dict = {}
-        for m in DISPATCH_BUCKETS_M:
+        for m in sorted(set(DISPATCH_BUCKETS_M) | set(MEASURED.bounds(self.problem, self.gpu))):
             problem = dataclasses.replace(self.problem, m=m)
             try:
                 picks.setdefault(default_config(problem, epilogue=self.epilogue, gpu=self.gpu), problem)

@@ -50,7 +50,7 @@ M_ODD = (3, 77, 200, 1000, 2500)
 # standard: the decode and prefill points, some of the bucket bounds the config tables are measured
 # at (validation.tune), and six token counts that are none of those bounds (80 ... 896), which a
 # table serves from the next bound up: the gate measures the tables out of sample too
-M_STANDARD = (1, 4, 16, 32, 64, 80, 128, 144, 192, 224, 256, 288, 448, 512, 896, 1024, 2048, 4096)
+M_STANDARD = (1, 4, 16, 32, 64, 80, 96, 128, 144, 160, 192, 224, 256, 288, 320, 448, 512, 896, 1024, 2048, 4096)
 M_QUICK = (1, 16, 128, 192, 4096)
 
 # dtypes the sweep runs: 16-bit GEMMs against torch.matmul (cuBLAS), fp8 against torch._scaled_mm
@@ -73,10 +73,10 @@ def unique_shapes(projections) -> list:
 
 def sweep_cells(tag: str, dtypes=SWEEP_DTYPES, ms: Optional[tuple] = None) -> list:
     """(dtype, projection, M) cells of the sweep for ``tag``: quick, a handful (two llama3-8b
-    projections at five M); standard, every model's distinct shapes at 16 M (the measured tables'
-    points and the token counts between them); full, every shape at every M and the odd M; each up
-    to the tag's MAX_FLOPS. ``ms``: these token counts instead of the tag's (e.g. those between a
-    measured config table's, to check what it serves there)."""
+    projections at five M); standard, every model's distinct shapes at the M of M_STANDARD (some of
+    the measured tables' bounds and token counts that are none of them); full, every shape at every
+    M and the odd M; each up to the tag's MAX_FLOPS. ``ms``: these token counts instead of the
+    tag's (e.g. those between a measured config table's, to check what it serves there)."""
     if tag == "quick":
         shapes = [p for p in MODEL_PROJECTIONS if p.model == "llama3-8b" and p.name in ("o", "gate_up")]
         tag_ms = M_QUICK

@@ -232,7 +232,8 @@ def perf_markdown(perf: dict) -> list:
     if served:
         out += ["", "Cells whose config came from this GPU's measured config table (`configs/tables/`: measured on "
                 "these projections, in sample where at the cell's own M; the rest of them served by the entry "
-                "at the nearest measured M, out of sample) and the other cells (the cost models):", "",
+                "at the next measured M up, out of sample; where it differs from the cost models' pick) and the "
+                "other cells (the cost models):", "",
                 "| dtype | table cells | of them from another M | geomean | other cells | geomean |",
                 "|---|---|---|---|---|---|"]
         out += [f"| {d} | {v['table_cells']} | {v.get('table_cells_other_m', '-')} | {fmt(v['geomean_table'])} | "

@@ -185,9 +185,10 @@ def run_cell(dtype: str, proj, m: int) -> dict:
 
 def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> tuple:
     """The config a cell runs, where the choice came from: "measured table" (this GPU model's
-    entry for the projection, configs.measured) or "models" (the ranking's cost models), and the
-    token count the table's entry was measured at (None for the models; another M than the
-    cell's: the entry serves it by the nearest-M rule, out of sample)."""
+    entry for the projection, configs.measured, where it differs from what the cost models pick at
+    this M) or "models" (the ranking's cost models, also where a table entry names their own
+    pick), and the token count the table's entry was measured at (None for the models; another M
+    than the cell's: the entry serves it from the next measured M up, out of sample)."""
     from ..configs import default_config
     from ..configs.measured import MEASURED
     from ..epilogue import EpilogueSpec
@@ -209,7 +210,7 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
         p = make_problem(m, n, k, dtype=dtype, b_major="k")
     cfg = default_config(p, epilogue=spec, gpu=gpu)
     entry = MEASURED.entry(p, gpu, spec)
-    if entry is not None and entry.config == cfg:
+    if entry is not None and entry.config == cfg and cfg != default_config(p, epilogue=spec):
         return cfg.name, "measured table", entry.m
     return cfg.name, "models", None
 

@@ -26,12 +26,13 @@ def _write(path: Path, data) -> None:
 
 # The token counts tune measures by default: the bounds of the buckets a table serves (configs.measured:
 # a runtime M takes the entry of the next measured M up, within sqrt(2)), 1.2-1.33x apart from 96 to
-# 1536 (below 96 the few-token models measured within 2% of the best; from 1536 up the models' large
-# tiles run at parity with cuBLAS). The swap-AB space up to 320 (two tiles of 160 tokens), the
-# mid-size one from 256.
-MID_MS = (256, 320, 384, 512, 640, 768, 1024, 1536)
+# 1536, so every M from 68 to 1536 has one (up to 64 the few-token model serves, its picks measured
+# within 2% of the best; above 1536 the models' large tiles run at parity with cuBLAS). The swap-AB
+# space up to 320 (two tiles of 160 tokens), the mid-size one from 256 (fp8: from 128, where its
+# unswapped configs won on the H100 too).
+MID_MS = (256, 320, 384, 512, 640, 768, 1024, 1280, 1536)
 SWAP_MS = (96, 128, 160, 192, 256, 320)
-FP8_MID_MS = (256, 320, 384, 512, 768, 1024, 1536)
+FP8_MID_MS = (128, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536)
 FP8_SWAP_MS = (96, 128, 160, 192, 256)
 
 
@@ -88,7 +89,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
                   + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())
-        named = sum(e.config is not None for e in table.entries)
+        named = sum(e.beats_models() for e in table.entries)
         log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster than "
             "the models' pick")
         made.append(path)

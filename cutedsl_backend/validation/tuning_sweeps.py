@@ -188,7 +188,8 @@ def mid_candidates(arch: str = "sm90a") -> list:
 
 
 def swap_candidates(arch: str = "sm90a") -> list:
-    """Swap-AB configs: configs.SwapModel's sweep candidates (its own and the tables' widths)."""
+    """Swap-AB configs: configs.SwapModel.sweep_candidates (the tables' space; the model ranks its
+    own :meth:`~cutedsl_backend.configs.SwapModel.candidates`, which the sweep adds where picked)."""
     from ..configs import SwapModel
 
     return SwapModel.sweep_candidates(arch)

@@ -157,3 +157,21 @@ def test_dispatch_buckets_cover_the_token_range():
     assert 3 <= len(pairs) <= len(DISPATCH_BUCKETS_M)
     assert any(c.splits > 1 or c.a_rows for _, c in pairs)  # decode buckets
     assert any(p.m >= 1024 for p, _ in pairs)  # prefill buckets
+
+
+def test_dispatch_buckets_include_the_measured_tables_configs():
+    """Under a dynamic M the kernels a measured config table serves (at its own token counts, which
+    the fixed buckets miss) are compiled ahead too."""
+    from cutedsl_backend.configs.measured import MEASURED
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.inductor.eligibility import Offer
+    from cutedsl_backend.problem import GemmProblem
+
+    gpu = "NVIDIA H100 80GB HBM3"  # a shipped table's GPU
+    problem = GemmProblem(40, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    bounds = MEASURED.bounds(problem, gpu)
+    assert bounds and MEASURED.bounds(problem, "NVIDIA Other") == ()
+    served = {MEASURED.choice(GemmProblem(m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), gpu)
+              for m in bounds}
+    configs = {c for _, c in Offer(problem, EpilogueSpec(), (), dynamic=True, gpu=gpu).dispatch_buckets()}
+    assert served and served <= configs, served - configs

@@ -196,7 +196,6 @@ def test_the_shipped_tables_hold_valid_configs_and_say_how_they_were_made():
             assert t.covers(problem)
             assert is_valid(e.config, problem.swapped() if e.config.swap_ab else problem), e
             assert t.entry(problem) == e  # every entry serves at least its own M
-            assert e.model_ms < 0 or e.ms <= e.model_ms, e  # the fastest measured, at most the pick's time
         assert MEASURED.for_gpu(t.gpu)
 
 
@@ -298,3 +297,29 @@ def test_tune_without_a_hopper_gpu_says_so():
 
     with pytest.raises(RuntimeError, match="sm90a"):
         tune("unused", sweep=lambda *a, **k: [])
+
+
+def test_tunes_bounds_leave_no_gap_and_the_gates_other_token_counts_are_served_from_them():
+    """tune's default token counts (per operand class: the mid-size and swap-AB sweeps') are within
+    sqrt(2) of each other from the first to the last, so a table made with them has a bound for
+    every M in between; the standard perf gate's token counts that are none of them take the next."""
+    from cutedsl_backend.configs.measured import MAX_M_RATIO
+    from cutedsl_backend.validation import tune
+    from cutedsl_backend.validation.model_shapes import M_STANDARD
+
+    for grid in (tune.MID_MS + tune.SWAP_MS, tune.FP8_MID_MS + tune.FP8_SWAP_MS):
+        ms = sorted(set(grid))
+        assert all(b <= MAX_M_RATIO * (a + 1) for a, b in zip(ms, ms[1:])), ms
+        t = table(*(entry(m, GemmConfig(128, 128)) for m in ms))
+        between = [m for m in M_STANDARD if m not in ms and ms[0] / MAX_M_RATIO <= m <= ms[-1]]
+        assert len(between) >= 6, between
+        assert all(t.entry(linear(m)).m == min(b for b in ms if b >= m) for m in between)
+
+
+def test_bounds_are_the_measured_token_counts_of_the_projection(tmp_path):
+    t = table(entry(384, COOP), entry(128, SWAP), entry(256, COOP, n=4096, k=4096))
+    (tmp_path / "t.json").write_text(json.dumps(t.to_json()))
+    tables = MeasuredTables(tmp_path)
+    assert tables.bounds(linear(1), GPU) == (128, 384)
+    assert tables.bounds(linear(1, n=4096, k=4096), GPU) == (256,)
+    assert tables.bounds(linear(1, batch=2), GPU) == () and tables.bounds(linear(1), "NVIDIA Other") == ()
