@@ -129,12 +129,12 @@ def main(argv=None) -> int:
     tu = sub.add_parser("tune", help="measure this GPU's config tables: the mid-size and swap-AB candidate sweeps "
                         "on the model projections, then one table per operand class (use them with "
                         "CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or copy them into cutedsl_backend/configs/tables/)")
-    tu.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables")
+    tu.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables (sweeps it already "
+                    "holds are kept: an interrupted tune resumes)")
     from .validation import tune as grids  # the default token counts (pure Python)
     tu.add_argument("--ms", default=",".join(map(str, grids.MID_MS)), help="token counts of the bf16 mid-size sweep")
     tu.add_argument("--swap-ms", default=",".join(map(str, grids.SWAP_MS)), help="the bf16 swap-AB sweep's")
-    tu.add_argument("--fp8-ms", default=",".join(map(str, grids.FP8_MID_MS)),
-                    help="token counts of the fp8 (e4m3, fp32 accumulation) mid-size sweep; empty: none")
+    tu.add_argument("--fp8-ms", default=",".join(map(str, grids.FP8_MID_MS)), help="the fp8 mid-size sweep's")
     tu.add_argument("--fp8-swap-ms", default=",".join(map(str, grids.FP8_SWAP_MS)), help="fp8 swap-AB sweep's")
     tu.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                     "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")

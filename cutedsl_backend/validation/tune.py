@@ -46,7 +46,12 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     (split-K, short A loads) sweeps, ``fp8_ms`` / ``fp8_swap_ms`` of the fp8 mid-size and swap-AB
     ones (empty: none); ``models``: only
     these models' projections. ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
-    Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates."""
+    Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
+
+    Resumes: a sweep whose rows ``out_dir`` already holds is not run again (an interrupted tune,
+    or one run in parts, goes on where it stopped); ``out_dir/tuned-on.json`` records the GPU
+    model and the models' projections, and a directory measured on another GPU or other
+    projections is refused (ValueError)."""
     from ..configs.measured import table_from_sweeps
     from .tuning_sweeps import sweep_decode
 
@@ -61,6 +66,11 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         versions = versions or {k: env.get(k) for k in ("torch", "nvidia_cutlass_dsl", "cutedsl_backend")}
     out = Path(out_dir)
     (out / "sweeps").mkdir(parents=True, exist_ok=True)
+    marker, identity = out / "tuned-on.json", {"gpu": gpu, "models": sorted(models) if models else None}
+    if marker.exists() and json.loads(marker.read_text()) != identity:
+        raise ValueError(f"{out} holds sweeps of {json.loads(marker.read_text())}, not of {identity}: "
+                         "tune into another directory")
+    _write(marker, identity)
     model_arg = f" --models {','.join(models)}" if models else ""
     runs = [("bfloat16", "decode", m) for m in decode_ms] + [("bfloat16", "mid", m) for m in ms]
     runs += [("bfloat16", "swap", m) for m in swap_ms]
@@ -71,9 +81,13 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}
     for dtype, space, m in runs:
         name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}.json"
-        log(f"tune: {dtype} {space} M={m}")
-        got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
-        _write(out / "sweeps" / name, got)
+        if (out / "sweeps" / name).exists():
+            log(f"tune: {dtype} {space} M={m}: measured before, its rows kept ({name})")
+            got = json.loads((out / "sweeps" / name).read_text())
+        else:
+            log(f"tune: {dtype} {space} M={m}")
+            got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
+            _write(out / "sweeps" / name, got)
         rows[dtype] += got
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"

@@ -292,6 +292,32 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
     assert tables.choice(fp8, GPU, scalar) == GemmConfig(128, 128, cluster_m=2)
 
 
+def test_tune_resumes_where_it_stopped_and_only_on_the_same_gpu(tmp_path):
+    from cutedsl_backend.validation.tune import tune
+
+    calls = []
+
+    def sweep(ms, space, models, dtype, log):
+        calls.append((ms, space))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # stopped during its second sweep
+        return [{"m": ms[0], "n": 3584, "k": 3584, "dtype": dtype, "peer_ms": 0.02, "pick": SWAP.name,
+                 "times": {SWAP.name: 0.012, COOP.name: 0.010}}]
+
+    args = dict(ms=(384,), swap_ms=(192,), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None, gpu=GPU,
+                versions={})
+    with pytest.raises(KeyboardInterrupt):
+        tune(str(tmp_path), **args)
+    (path,) = tune(str(tmp_path), **args)
+    assert calls == [((384,), "mid"), ((192,), "swap"), ((192,), "swap")]  # the first sweep's rows kept
+    assert [e.m for e in MeasuredTable.from_json(json.loads(path.read_text())).entries] == [192, 384]
+    with pytest.raises(ValueError, match="another directory"):
+        tune(str(tmp_path), **{**args, "gpu": "NVIDIA Other"})
+    with pytest.raises(ValueError, match="another directory"):
+        tune(str(tmp_path), **args, models=["llama3-8b"])
+    assert len(calls) == 3
+
+
 def test_tune_without_a_hopper_gpu_says_so():
     from cutedsl_backend.validation.tune import tune
 
