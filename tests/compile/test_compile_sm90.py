@@ -244,6 +244,11 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     (GemmConfig(128, 192, splits=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row", activation="silu")),
     (GemmConfig(64, 128, schedule="pingpong", cluster_m=2, swap_ab=True), "float16", EpilogueSpec(bias="col")),
     (GemmConfig(128, 160, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="row", scale_b="col")),
+    # the tuning sweep's own widths and token clusters (SwapModel.sweep_candidates), which a table may name
+    (GemmConfig(128, 96, splits=2, swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(64, 160, schedule="pingpong", cluster_n=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row")),
+    (GemmConfig(128, 160, cluster_n=2, swap_ab=True), "float8_e4m3fn",
+     EpilogueSpec(scale_a="scalar", scale_b="scalar")),
 ], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: x)())
 def test_swap_ab_kernels_store_a_column_major_output(cfg, dtype, spec):
     """A swap-AB launch's kernel (the swapped problem: weights as A, tokens as B, a column-major
