@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 
 from ..problem import GemmProblem, operand_class
 from .config import GemmConfig
-from .rules import fits, is_valid
+from .rules import fits
 
 log = logging.getLogger("cutedsl_backend.configs")
 TABLE_DIR = Path(__file__).with_name("tables")
@@ -81,6 +81,11 @@ class MeasuredTable:
         for e in self.entries:
             self._by_nk.setdefault((e.n, e.k), []).append(e)
 
+    def measured_ms(self, problem: GemmProblem) -> tuple:
+        """The token counts measured for ``problem``'s projection, if the table covers its class
+        and layout (its M aside)."""
+        return tuple(e.m for e in self._by_nk.get((problem.n, problem.k), ())) if self.covers(problem) else ()
+
     def covers(self, problem: GemmProblem) -> bool:
         """Whether ``problem`` is of the class and layout the table was measured on."""
         out_dtype = problem.dtype if self.operands == "16bit" else "bfloat16"
@@ -104,11 +109,8 @@ class MeasuredTable:
                     key=lambda e: e.m, default=None)
         if bound is None or bound.config is None or bound.m > MAX_M_RATIO * problem.m:
             return None
-        config = bound.config
-        if not (is_valid(config, problem.swapped() if config.swap_ab else problem)
-                and fits(config, problem, epilogue)):
-            return None
-        return bound
+        # fits checks a swap-AB config on the swapped problem, as it runs
+        return bound if fits(bound.config, problem, epilogue) else None
 
     def choice(self, problem: GemmProblem, epilogue=None) -> Optional[GemmConfig]:
         e = self.entry(problem, epilogue)
@@ -210,8 +212,7 @@ class MeasuredTables:
     def bounds(self, problem: GemmProblem, gpu: Optional[str]) -> tuple:
         """The token counts this GPU model's tables measured ``problem``'s projection at (its class
         and layout; the M of ``problem`` aside), ascending: where a served config changes."""
-        return tuple(sorted({e.m for t in self.for_gpu(gpu) if t.covers(problem)
-                             for e in t._by_nk.get((problem.n, problem.k), ())}))
+        return tuple(sorted({m for t in self.for_gpu(gpu) for m in t.measured_ms(problem)}))
 
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""

@@ -357,10 +357,13 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
 
 
 def _compile_phases() -> dict:
-    """Seconds spent so far in each phase Dynamo and Inductor time (their own metrics, by name)."""
+    """Seconds spent so far in each phase Dynamo and Inductor time (their own metrics, by name),
+    less Dynamo's numbered retry wrapper (``compile_attempt_<n>``: the span of
+    ``_compile.compile_inner`` again, not a phase of its own)."""
     from torch._dynamo.utils import compilation_time_metrics
 
-    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+    return {name: sum(times) for name, times in compilation_time_metrics.items()
+            if not re.fullmatch(r"compile_attempt_\d+", name)}
 
 
 def _phase_delta(before: dict, top: int = 15) -> dict:

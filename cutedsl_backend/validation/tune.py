@@ -53,7 +53,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     model and the models' projections, and a directory measured on another GPU or other
     projections is refused (ValueError)."""
     from ..configs.measured import table_from_sweeps
-    from .tuning_sweeps import sweep_decode
+    from .tuning_sweeps import load_sweep_rows, sweep_decode
 
     sweep = sweep or sweep_decode
     if gpu is None or versions is None:
@@ -83,7 +83,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}.json"
         if (out / "sweeps" / name).exists():
             log(f"tune: {dtype} {space} M={m}: measured before, its rows kept ({name})")
-            got = json.loads((out / "sweeps" / name).read_text())
+            got = load_sweep_rows([out / "sweeps" / name])
         else:
             log(f"tune: {dtype} {space} M={m}")
             got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
