@@ -1,0 +1,103 @@
+"""Commands that probe a question behind a design choice (power, tiles, epilogues, the worker pool,
+SASS identity) and the fuzzer."""
+
+from __future__ import annotations
+
+from .common import Command, no_arguments, write_json
+
+
+def _probe_power_arguments(p):
+    p.add_argument("--seconds", type=float, default=3.0, help="per case and round")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_tiles_arguments(p):
+    p.add_argument("set", choices=["clusters", "wide"])
+    p.add_argument("--seconds", type=float, default=2.0, help="per case and round")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_power(args, p) -> int:
+    from ..validation import probes
+
+    rows = probes.run_cases(probes.power_cases(), args.seconds)
+    write_json(args.json, rows)
+    return 0 if rows else 1
+
+
+def _probe_tiles(args, p) -> int:
+    from ..validation import probes
+
+    rows = probes.tile_ab(args.set, args.seconds)
+    write_json(args.json, rows)
+    return 0 if rows else 1
+
+
+def _probe_epilogue_arguments(p):
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
+
+
+def _probe_epilogue(args, p) -> int:
+    from ..validation.probes import epilogue_ab
+
+    epilogue_ab(args.rounds, args.configs or None)
+    return 0
+
+
+def _probe_workers(args, p) -> int:
+    from ..validation.probes import worker_pool_contention
+
+    worker_pool_contention()
+    return 0
+
+
+def _sass_digest_arguments(p):
+    p.add_argument("--json", help="write {kernel: digest} here")
+
+
+def _sass_digest(args, p) -> int:
+    import json
+
+    from ..validation.matrix import sass_digests
+
+    digests = sass_digests()
+    for name, d in digests.items():
+        print(f"{d}  {name}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(digests, f, indent=1, sort_keys=True)
+    return 0
+
+
+def _fuzz_arguments(p):
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cases", type=int, default=300)
+    p.add_argument("--gated-cases", type=int, help="gemm_gated cases after the gemm ones (default: "
+                   "validation.fuzz.gated_case_count, a third as many)")
+    p.add_argument("--scaled-cases", type=int, help="scaled_mm cases after those (default: a third as many as "
+                   "--cases)")
+
+
+def _fuzz(args, p) -> int:
+    from ..validation.fuzz import fuzz
+
+    return 1 if fuzz(args.seed, args.cases, gated_cases=args.gated_cases, scaled_cases=args.scaled_cases) else 0
+
+
+COMMANDS = (
+    Command("fuzz", "the eager API on random calls vs torch's semantics: right or refused by name, never wrong, "
+            "never a foreign exception (GPU)", True, _fuzz_arguments, _fuzz),
+    Command("probe-power", "ours and the peers sustained: TFLOP/s, SM clock, board power, throttle reasons, tensor "
+            "utilisation at that clock (where the time goes at the power cap)", True, _probe_power_arguments,
+            _probe_power),
+    Command("probe-tiles", "tile/cluster candidates: numerics on tail shapes, then sustained against the defaults "
+            "and the peers (clusters: 2x2; wide: 128x320)", True, _probe_tiles_arguments, _probe_tiles),
+    Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
+            "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),
+    Command("probe-workers", "how starting the compile worker pool slows the compiling process (CPU only; compare "
+            "CUTEDSL_WORKER_FORK=1 and 0)", False, no_arguments, _probe_workers),
+    Command("sass-digest", "SHA-256 of the SASS of every quick-matrix kernel (both archs; no GPU needed): run "
+            "before and after a refactor, the two outputs must be identical", False, _sass_digest_arguments,
+            _sass_digest),
+)

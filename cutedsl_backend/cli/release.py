@@ -1,0 +1,129 @@
+"""Commands of the validation run and of release sign-off: ``validate``, the report tools, the
+kernel-cache tools, and single-kernel ``compile`` / ``info``. Any machine (``validate`` runs the
+compile-only matrix and reports its GPU cells as not run where there is no GPU)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import Command, no_arguments
+
+TAGS = ["quick", "standard", "full"]
+
+
+def _validate_arguments(p):
+    p.add_argument("--tag", default="quick", choices=TAGS)
+    p.add_argument("--arch", default="sm90a,sm100a")
+    p.add_argument("--out", default="reports")
+    p.add_argument("--require-gpu", nargs="?", const="all", default=None, metavar="ARCHS",
+                   help="fail unless the GPU cells of these archs ran (comma-separated; bare: every --arch)")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--compile-only", action="store_true", help="skip GPU gates (reported as not run)")
+
+
+def _validate(args, p) -> int:
+    from ..validation.runner import run_validation
+
+    require_gpu = True if args.require_gpu == "all" else [x for x in (args.require_gpu or "").split(",") if x]
+    return run_validation(tag=args.tag, archs=args.arch.split(","), out_root=args.out, require_gpu=require_gpu,
+                          workers=args.workers, compile_only=args.compile_only)
+
+
+def _merge_reports_arguments(p):
+    p.add_argument("out")
+    p.add_argument("reports", nargs="+")
+    p.add_argument("--expect", default="", help="archs whose GPU cells must have run in some part "
+                   "(comma-separated, e.g. sm90a,sm100a); the merged report fails otherwise")
+
+
+def _merge_reports(args, p) -> int:
+    from ..validation.report import merge_reports
+
+    return merge_reports(args.out, args.reports, [x for x in args.expect.split(",") if x])
+
+
+def _render_report_arguments(p):
+    p.add_argument("report")
+
+
+def _render_report(args, p) -> int:
+    from pathlib import Path
+
+    from ..validation.report import html, load_report, markdown
+
+    path = Path(args.report)
+    report = load_report(path)
+    (path.parent / "summary.md").write_text(markdown(report))
+    (path.parent / "report.html").write_text(html(report))
+    print(f"wrote {path.parent / 'summary.md'} and {path.parent / 'report.html'}")
+    return 0
+
+
+def _precompile_arguments(p):
+    p.add_argument("--tag", default="standard", choices=TAGS)
+    p.add_argument("--arch", default="sm90a")
+    p.add_argument("--workers", type=int, default=0)
+
+
+def _precompile(args, p) -> int:
+    from ..validation.runner import precompile_matrix
+
+    return precompile_matrix(args.tag, args.arch.split(","), args.workers)
+
+
+def _seal_cache_arguments(p):
+    p.add_argument("dir", nargs="?", help="the cache (default: $CUTEDSL_BACKEND_CACHE_DIR)")
+
+
+def _seal_cache(args, p) -> int:
+    from pathlib import Path
+
+    from ..disk_cache import cache_dir, seal
+
+    try:
+        print(seal(Path(args.dir) if args.dir else cache_dir()))
+    except OSError as e:
+        print(f"seal-cache: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compile_arguments(p):
+    p.add_argument("mnk")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--arch", default="sm90a")
+
+
+def _compile(args, p) -> int:
+    from ..compiler import compile_gemm
+
+    m, n, k = (int(x) for x in args.mnk.split("x"))
+    cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch)
+    print(json.dumps({"config": cg.config.name, "compile_seconds": round(cg.compile_seconds, 3),
+                      "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
+                      "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))
+    return 0
+
+
+def _info(args, p) -> int:
+    from ..validation.environment import environment
+
+    print(json.dumps(environment(), indent=1))
+    return 0
+
+
+COMMANDS = (
+    Command("validate", "the validation run: compile matrix + GPU cells + report", False, _validate_arguments,
+            _validate),
+    Command("merge-reports", "merge report.json files into one report", False, _merge_reports_arguments,
+            _merge_reports),
+    Command("render-report", "write summary.md and report.html again from a report.json (or report.json.gz)", False,
+            _render_report_arguments, _render_report),
+    Command("precompile", "fill the disk kernel cache with the matrix's kernels", False, _precompile_arguments,
+            _precompile),
+    Command("seal-cache", "make a kernel cache a shared read-only one: readable by all, its manifest of file "
+            "digests written; prints the manifest's sha256", False, _seal_cache_arguments, _seal_cache),
+    Command("compile", "compile one problem for an arch (no GPU needed)", False, _compile_arguments, _compile),
+    Command("info", "versions, tools, GPU", False, no_arguments, _info),
+)

@@ -1,0 +1,193 @@
+"""Commands that measure candidates and turn the measurements into config choices: the candidate
+sweeps (GPU), ``tune`` (GPU), and ``config-table`` / ``replay`` (any machine, from stored rows)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import Command, ints, names, shapes, write_json
+
+
+def _sweep_arguments(p):
+    p.add_argument("--shapes", default="all")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--json")
+
+
+def _sweep(args, p) -> int:
+    from ..validation.tuning_sweeps import sweep
+
+    res = sweep(shapes(args.shapes), dtype=args.dtype)
+    write_json(args.json, {"x".join(map(str, k)): v for k, v in res.items()})
+    return 0
+
+
+def _sweep_epilogue_arguments(p):
+    p.add_argument("--shape", default="4096x14336x4096")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--variants", help="comma-separated subset of bare,bias+relu,bias+gelu_tanh,bias+silu,residual")
+    p.add_argument("--json")
+
+
+def _sweep_epilogue(args, p) -> int:
+    from ..validation.tuning_sweeps import sweep_epilogue
+
+    m, n, k = (int(x) for x in args.shape.split("x"))
+    write_json(args.json, {args.shape: sweep_epilogue(m, n, k, args.dtype, only=names(args.variants))})
+    return 0
+
+
+def _sweep_fp8_arguments(p):
+    p.add_argument("--shapes", default="8192x8192x8192,4096x14336x4096")
+    p.add_argument("--configs", help="only configs whose name contains one of these (comma-separated)")
+    p.add_argument("--modes", default="fast,precise", help="fast, precise, or fast,precise")
+    p.add_argument("--json")
+
+
+def _sweep_fp8(args, p) -> int:
+    from ..validation.tuning_sweeps import sweep_fp8
+
+    known = {"fast": True, "precise": False}
+    modes = [m.strip() for m in args.modes.split(",")]
+    bad = [m for m in modes if m not in known]
+    if bad:
+        print(f"--modes: unknown {bad}; use fast, precise or fast,precise", file=sys.stderr)
+        return 2
+    res = {"x".join(map(str, s)): sweep_fp8(*s, only=names(args.configs), modes=tuple(known[m] for m in modes))
+           for s in shapes(args.shapes)}
+    write_json(args.json, res)
+    return 0
+
+
+def _sweep_decode_arguments(p):
+    p.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
+    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap"],
+                   help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
+    p.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
+                   help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
+                   "fp32 accumulation, or fast accumulation on both sides)")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _sweep_decode(args, p) -> int:
+    from ..validation.tuning_sweeps import sweep_decode
+
+    def save(rows):  # after every shape: a sweep stopped part-way keeps what it measured
+        write_json(args.json, rows, atomic=True)
+
+    save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
+                      dtype=args.dtype, checkpoint=save))
+    return 0
+
+
+def _config_table_arguments(p):
+    p.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
+    p.add_argument("--gpu", required=True,
+                   help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')
+    p.add_argument("--source", required=True, help="the commands and code version that produced the sweeps")
+    p.add_argument("--min-gain", type=float, default=0.03,
+                   help="name the fastest config where it beat the models' pick by more than this, else the pick")
+    p.add_argument("-o", "--out", required=True, help="the table's JSON file")
+
+
+def _config_table(args, p) -> int:
+    from ..configs.measured import table_from_sweeps
+    from ..validation.bench import geomean
+    from ..validation.tuning_sweeps import load_sweep_rows
+
+    rows = load_sweep_rows(args.sweeps)
+    table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
+    with open(args.out, "w") as f:
+        json.dump(table.to_json(), f, indent=1)
+        f.write("\n")
+    chosen = [e for e in table.entries if e.beats_models(args.min_gain)]
+    gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
+    gain = geomean(gains) if gains else 1.0
+    print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
+          f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
+    return 0
+
+
+def _replay_arguments(p):
+    p.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
+    p.add_argument("--gpu", help="rank with this GPU model's measured config table too (default: the models alone)")
+    p.add_argument("--json", help="write the scored rows and summaries here")
+
+
+def _replay(args, p) -> int:
+    from ..validation.replay import replay
+    from ..validation.tuning_sweeps import load_sweep_rows
+
+    result = replay(load_sweep_rows(args.sweeps), gpu=args.gpu)
+    write_json(args.json, result)
+    if result["all"] is None:
+        print(f"no row timed the config the dispatcher picks now ({len(result['not_measured'])} rows)")
+        return 1
+    for label, s in [("all", result["all"])] + [(f"M = {m}", s) for m, s in result["per_m"].items()]:
+        print(f"{label:>8}: {s['cells']} cells; geomean vs the peer: the sweep's picks {s['swept_pick']:.3f}, "
+              f"now {s['now']:.3f}, best {s['best']:.3f}; below 0.90: {s['below_gate_swept_pick']} -> "
+              f"{s['below_gate_now']}")
+    if result["not_measured"]:
+        print(f"{len(result['not_measured'])} rows did not time the config the dispatcher picks now (not scored)")
+    return 0
+
+
+def _tune_arguments(p):
+    from ..validation import tune as grids  # the default token counts (pure Python)
+
+    p.add_argument("--out", required=True, help="directory for the sweeps' rows and the tables (sweeps it already "
+                   "holds are kept: an interrupted tune resumes)")
+    p.add_argument("--ms", default=",".join(map(str, grids.MID_MS)), help="token counts of the bf16 mid-size sweep")
+    p.add_argument("--swap-ms", default=",".join(map(str, grids.SWAP_MS)), help="the bf16 swap-AB sweep's")
+    p.add_argument("--fp8-ms", default=",".join(map(str, grids.FP8_MID_MS)), help="the fp8 mid-size sweep's")
+    p.add_argument("--fp8-swap-ms", default=",".join(map(str, grids.FP8_SWAP_MS)), help="fp8 swap-AB sweep's")
+    p.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
+                   "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
+    p.add_argument("--models", help="only these models' projections (comma-separated)")
+
+
+def _tune(args, p) -> int:
+    from ..validation.tune import tune
+
+    tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
+         decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms))
+    return 0
+
+
+def _sweep_gated_arguments(p):
+    p.add_argument("--ms", default="16,128,512,2048,4096", help="token counts (comma-separated)")
+    p.add_argument("--shape", default="14336x4096", help="NxK: the intermediate size and the hidden size")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _sweep_gated(args, p) -> int:
+    from ..validation.tuning_sweeps import sweep_gated
+
+    n, k = (int(x) for x in args.shape.split("x"))
+    write_json(args.json, sweep_gated(tuple(int(m) for m in args.ms.split(",")), n=n, k=k))
+    return 0
+
+
+COMMANDS = (
+    Command("tune", "measure this GPU's config tables: the mid-size and swap-AB candidate sweeps on the model "
+            "projections, then one table per operand class (use them with CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or "
+            "copy them into cutedsl_backend/configs/tables/)", True, _tune_arguments, _tune),
+    Command("sweep-decode", "every small/mid-M candidate (tile, K slices, A rows) on each model projection vs "
+            "cuBLAS: the data the decode cost model is fitted on (tuning)", True, _sweep_decode_arguments,
+            _sweep_decode),
+    Command("config-table", "a measured config table (configs/tables/) for one GPU model from sweep-decode --json "
+            "files run on it (one operand class: bf16, or fp8 tensorwise)", False, _config_table_arguments,
+            _config_table),
+    Command("replay", "score the dispatcher's current choices on stored sweep-decode rows (each row's own peer "
+            "timing; no GPU needed): the sweep's picks, today's picks and the best", False, _replay_arguments,
+            _replay),
+    Command("sweep", "time every valid config per shape (tuning)", True, _sweep_arguments, _sweep),
+    Command("sweep-epilogue", "every fused variant on each candidate config (tuning)", True,
+            _sweep_epilogue_arguments, _sweep_epilogue),
+    Command("sweep-fp8", "scaled_mm on every valid config, both scalings and modes (tuning)", True,
+            _sweep_fp8_arguments, _sweep_fp8),
+    Command("sweep-gated", "every gated-MLP candidate (B multicast included) on a SwiGLU up projection at each M "
+            "vs cuBLAS + silu*mul, results checked (tuning)", True, _sweep_gated_arguments, _sweep_gated),
+)
