@@ -3,7 +3,7 @@ SASS identity) and the fuzzer."""
 
 from __future__ import annotations
 
-from .common import Command, no_arguments, write_json
+from .common import Command, ints, no_arguments, write_json
 
 
 def _probe_power_arguments(p):
@@ -31,6 +31,19 @@ def _probe_tiles(args, p) -> int:
     rows = probes.tile_ab(args.set, args.seconds)
     write_json(args.json, rows)
     return 0 if rows else 1
+
+
+def _probe_bandwidth_arguments(p):
+    p.add_argument("--sizes-mb", default="256,512,1024", help="bf16 weight sizes (comma-separated MB)")
+    p.add_argument("--ms", default="1,16", help="token counts of the GEMMs (comma-separated)")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_bandwidth(args, p) -> int:
+    from ..validation.probes import bandwidth_ceiling
+
+    write_json(args.json, bandwidth_ceiling(ints(args.sizes_mb), ints(args.ms)))
+    return 0
 
 
 def _probe_epilogue_arguments(p):
@@ -93,6 +106,9 @@ COMMANDS = (
             _probe_power),
     Command("probe-tiles", "tile/cluster candidates: numerics on tail shapes, then sustained against the defaults "
             "and the peers (clusters: 2x2; wide: 128x320)", True, _probe_tiles_arguments, _probe_tiles),
+    Command("probe-bandwidth", "how fast the memory lets a kernel read a weight: torch's reductions and a copy "
+            "beside cuBLAS and our gemm at a few tokens, in TB/s (the ceiling of decode GEMMs)", True,
+            _probe_bandwidth_arguments, _probe_bandwidth),
     Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
             "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),
     Command("probe-workers", "how starting the compile worker pool slows the compiling process (CPU only; compare "

@@ -1,8 +1,9 @@
 """Focused GPU probes behind configuration choices in ``configs`` and the design notes (the CLI's
 ``probe-*`` commands): where a GEMM's time goes at the power cap (clock and power, or work per
 clock), tile and cluster candidates sustained against the defaults and the peers, an interleaved
-A/B of the fused residual epilogue, and the compile worker pool's start-up cost to the compiling
-process. The routine measuring (validate, bench, sweeps) lives in ``bench`` and ``runner``."""
+A/B of the fused residual epilogue, the compile worker pool's start-up cost to the compiling
+process, and the rate at which the memory lets a kernel read a weight (the few-token ceiling).
+The routine measuring (validate, bench, sweeps) lives in ``bench`` and ``runner``."""
 
 from __future__ import annotations
 
@@ -262,3 +263,57 @@ def worker_pool_contention(workers: int = 8) -> dict:
     print(f"CUTEDSL_WORKER_FORK={row['fork']}: CPU work alone {alone:.2f} s, beside the pool's start "
           f"{beside:.2f} s; {workers} workers ready after {row['ready_s']:.2f} s")
     return row
+
+
+def bandwidth_ceiling(sizes_mb=(256, 512, 1024), ms=(1, 16), k: int = 4096, rounds: int = 5, log=print) -> list:
+    """How fast this GPU's memory lets a kernel read a weight, the ceiling of a few-token GEMM: per
+    bf16 weight of ``sizes_mb`` (N x ``k``, N-major rows as nn.Linear stores them), the device time
+    (CUDA-graph replay, the calls alternated in ``rounds``) of torch's reductions over it (a sum and
+    a max: each reads the weight once), a copy (reads and writes it), cuBLAS's ``torch.matmul`` and
+    our ``gemm`` at ``ms`` tokens. Rows: the call, the bytes it moves, median ms and the rounds'
+    range, TB/s. A GEMM at the reductions' rate is at what the memory gives a read-only kernel."""
+    import torch
+
+    rows = []
+    for size in sizes_mb:
+        rows += _bandwidth_rows(size, ms, k, rounds, log)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _bandwidth_rows(size: int, ms, k: int, rounds: int, log) -> list:
+    import torch
+
+    import cutedsl_backend as cb
+
+    from .shape_sweep import _graph_ms
+
+    g = torch.Generator(device="cuda").manual_seed(2026 + size)
+    n = size * 2 ** 20 // (2 * k)
+    w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    copy = torch.empty_like(w)
+    weight_bytes = w.numel() * 2
+    calls = {"sum (reads)": (lambda: torch.sum(w, dtype=torch.float32), weight_bytes),
+             "amax (reads)": (lambda: torch.amax(w), weight_bytes),
+             "copy (reads + writes)": (lambda: copy.copy_(w), 2 * weight_bytes)}
+    for m in ms:
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        peer_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        moved = weight_bytes + 2 * (m * k + m * n)
+        calls[f"torch.matmul M={m}"] = (lambda a=a, o=peer_out: torch.matmul(a, w.t(), out=o), moved)
+        calls[f"ours gemm M={m}"] = (lambda a=a, o=out: cb.gemm(a, w.t(), out=o), moved)
+    timers = {name: _graph_ms(fn) for name, (fn, _) in calls.items()}
+    runs: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            runs[name].append(timer())
+    rows = []
+    for name, (_, moved) in calls.items():
+        t = statistics.median(runs[name])
+        row = {"weight_mb": size, "n": n, "k": k, "call": name, "bytes": moved, "ms": t,
+               "ms_range": [min(runs[name]), max(runs[name])], "tbps": moved / (t * 1e9)}
+        rows.append(row)
+        log(f"{size:5d} MB  {name:24s} {t:.4f} ms ({row['ms_range'][0]:.4f}-{row['ms_range'][1]:.4f})  "
+            f"{row['tbps']:.2f} TB/s")
+    return rows
