@@ -182,16 +182,17 @@ def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int,
                      unit_factor: float = 1.0) -> float:
     """The per-wave roofline MidModel and SwapModel share, with ``model``'s rates (mac_per_us,
     sm_gbps, hbm_tbps), overheads (wave_us, split_us) and narrow_efficiency: each wave costs the
-    slower of a unit's MMA work (tile x K slice over ``efficiency``, less for tiles under 128 wide)
-    and its operand loads (A and B panels shared over the cluster), times ``unit_factor``; plus
-    ``wave_us`` per wave and ``split_us`` for a split-K reduction; never under the operands' HBM
-    time. A swap-AB config's waves are counted on the swapped problem it runs."""
+    slower of a unit's MMA work (tile x K slice over ``efficiency``, times ``narrow_efficiency``
+    for tiles narrower than ``full_rate_from``) and its operand loads (A and B panels shared over
+    the cluster), times ``unit_factor``; plus ``wave_us`` per wave and ``split_us`` for a split-K
+    reduction; never under the operands' HBM time. A swap-AB config's waves are counted on the
+    swapped problem it runs."""
     launched = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
     elem = dtype_bits(problem.dtype) / 8
     tile_k = natural_tile_k(problem.dtype)
     waves = math.ceil(launch_tiles(launched, cfg) * cfg.splits / num_sms)
     k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
-    efficiency *= 1.0 if cfg.tile_n >= 128 else model.narrow_efficiency
+    efficiency *= 1.0 if cfg.tile_n >= model.full_rate_from else model.narrow_efficiency
     # mac_per_us is the 16-bit rate: the tensor cores do twice the 8-bit MACs per cycle
     rate = model.mac_per_us * efficiency * (2.0 if dtype_bits(problem.dtype) == 8 else 1.0)
     mma = cfg.tile_m * cfg.tile_n * k_slice / rate
@@ -222,6 +223,7 @@ class MidModel:
     efficiency: tuple = (("pingpong", 64, 0.8), ("pingpong", 128, 0.8), ("cooperative", 128, 1.0),
                          ("cooperative", 256, 1.0))
     narrow_efficiency: float = 0.85
+    full_rate_from: int = 128
     split_us: float = 6.0
     wave_us: float = 5.0
     min_m: int = 65
@@ -307,6 +309,8 @@ class SwapModel:
     pingpong_efficiency: float = 0.83
     cooperative_efficiency: float = 0.80
     narrow_efficiency: float = 0.67
+    full_rate_from: int = 128
+    exact_widths: tuple = (160,)
     swap_factor: float = 0.78
     split_us: float = 0.9
     wave_us: float = 16.0
@@ -319,16 +323,20 @@ class SwapModel:
         eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
         return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0)
 
-    @staticmethod
-    def candidates(arch: str = "sm90a") -> list:
+    def candidates(self, arch: str = "sm90a") -> list:
         """Swap-AB configs: 128-row cooperative and 64-row ping-pong tiles over the weights; 32-64
         tokens per tile with 2-8 K slices, 128-256 with 1-4 (ping-pong: up to 192); with and
-        without a cluster along the weights (what the model was fitted on). The
+        without a cluster along the weights (what the model was fitted on); and tiles exactly
+        ``exact_widths`` tokens wide with 1-2 K slices, so that a token count between the fitted
+        widths does not pad to the next one (the H200's swap sweep at 160 tokens: the models'
+        192-token tiles 0.776x cuBLAS in geomean, 160-token tiles the fastest candidate on 27 of
+        29 shapes, 1.007x). The
         64 x 256 ping-pong tile is left out: on the H100 sweep it was no shape's best swap config
         at 256 tokens (0.63-0.86x cuBLAS), and the H200 validation, where the model picked it at
         256 tokens, measured it below the unswapped pick on each of its ten shapes (0.77-0.89x)."""
         widths = [(tn, s) for tn in (32, 64) for s in (2, 4, 8)] + [(tn, s) for tn in (128, 192, 256)
                                                                    for s in (1, 2, 4)]
+        widths += [(tn, s) for tn in self.exact_widths for s in (1, 2)]
         return [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
                 for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
                 if not (sched == "pingpong" and tn == 256)]
@@ -364,7 +372,15 @@ SWAP_MODEL = SwapModel()
 # loses where N is 3-4.6k (192x3584x14336: 0.70 -> 0.40; 4096x4096: 0.79-0.81 -> 0.74). Rates
 # grid-searched on four models' projections did not carry to the other four better than these, nor
 # did a minimum weight size. Measured at 128 and 192 tokens: its domain.
-FP8_SWAP_MODEL = SwapModel(max_m=192)
+#
+# Its 96- and 160-token tiles, 96 at the full rate: on the H200's fp8 swap sweep at 192 tokens
+# (`sweep-decode --space swap --dtype fp8_tensorwise --ms 192`, 29 projections of 8 models, every
+# row timing every candidate) the 64 x 192 tiles it picked with the 16-bit model's widths measured
+# 0.891x in geomean, two 96-token tiles along the tokens (twice the CTAs, no K split) were the
+# fastest candidate on most shapes (the best per shape 1.095x), and with these widths its picks
+# measured 0.986x (cells below 0.90: 19 -> 11). The 16-bit model keeps 96-token tiles out: none
+# of its sweeps timed them at 161-192 tokens, where it picks 192-token tiles at 0.99x cuBLAS.
+FP8_SWAP_MODEL = SwapModel(max_m=192, exact_widths=(96, 160), full_rate_from=96)
 # the operand classes (operand_class) whose swap-AB choice a model makes
 SWAP_MODELS = {"16bit": SWAP_MODEL, "fp8_precise": FP8_SWAP_MODEL}
 

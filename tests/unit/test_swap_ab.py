@@ -201,9 +201,9 @@ def test_no_wide_ping_pong_swap_tile():
     """The 64 x 256 ping-pong swap tile lost wherever it was measured (H100 sweep at 256 tokens,
     H200 validation): never a candidate; at 256 tokens on large weights, where the model took it,
     another tile (or no swap) is picked."""
-    from cutedsl_backend.configs import SwapModel, default_config
+    from cutedsl_backend.configs import SWAP_MODEL, default_config
 
-    assert not [c for c in SwapModel.candidates() if c.schedule == "pingpong" and c.tile_n == 256]
+    assert not [c for c in SWAP_MODEL.candidates() if c.schedule == "pingpong" and c.tile_n == 256]
     for n, k in ((7168, 18432), (57344, 8192), (8192, 8192)):
         cfg = default_config(_linear(256, n, k))
         assert not (cfg.swap_ab and cfg.schedule == "pingpong" and cfg.tile_n == 256), cfg.name
@@ -245,3 +245,33 @@ def test_fp8_swap_dispatch_where_measured():
                     (_linear(256, 8192, 8192, dtype="float8_e4m3fn", out="bfloat16"), scalar),
                     (_linear(96, 8192, 8192, dtype="float8_e4m3fn", out="bfloat16"), scalar)):
         assert swap_choice(q, epilogue=spec) is None and not default_config(q, epilogue=spec).swap_ab, q.describe()
+
+
+def test_a_token_count_just_above_128_takes_a_160_wide_swap_tile_not_a_padded_192():
+    """160-token swap tiles serve 129-160 tokens where the models took 192-token tiles (the H200's
+    swap sweep at 160 tokens: 192-token picks 0.776x cuBLAS, 160-token tiles 1.007x): wherever the
+    16-bit pick at 160 tokens is a swap tile, it is at most 160 wide, never padded to 192."""
+    from cutedsl_backend.configs import SWAP_MODEL, default_config
+
+    assert {c.tile_n for c in SWAP_MODEL.candidates()} >= {160}
+    swapped = 0
+    for n, k in ((3072, 8192), (57344, 8192), (7168, 16384), (4096, 4096), (14336, 4096), (24576, 1536)):
+        cfg = default_config(_linear(160, n, k))
+        if cfg.swap_ab:
+            swapped += 1
+            assert cfg.tile_n == 160, (n, k, cfg.name)
+    assert swapped >= 5
+
+
+def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
+    """The FP8 swap model ranks 96-token tiles at the full rate (the H200's fp8 swap sweep at 192
+    tokens: two 96-token tiles the fastest on most shapes); the 16-bit model has no 96-token tile."""
+    from cutedsl_backend.configs import SWAP_MODEL, default_config
+    from cutedsl_backend.configs.ranking import FP8_SWAP_MODEL
+    from cutedsl_backend.validation.tuning_sweeps import sweep_problem
+
+    assert 96 in {c.tile_n for c in FP8_SWAP_MODEL.candidates()}
+    assert 96 not in {c.tile_n for c in SWAP_MODEL.candidates()}
+    problem, spec = sweep_problem("fp8_tensorwise", 192, 4096, 4096)
+    cfg = default_config(problem, epilogue=spec, gpu=None)
+    assert cfg.swap_ab and cfg.tile_n == 96, cfg.name
