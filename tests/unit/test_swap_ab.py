@@ -275,3 +275,4 @@ def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
     problem, spec = sweep_problem("fp8_tensorwise", 192, 4096, 4096)
     cfg = default_config(problem, epilogue=spec, gpu=None)
     assert cfg.swap_ab and cfg.tile_n == 96, cfg.name
+
