@@ -186,7 +186,7 @@ def wide_tile_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None) ->
 
 
 def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int, efficiency: float,
-                     unit_factor: float = 1.0) -> float:
+                     unit_factor: float = 1.0, full_rate_from: int = 128) -> float:
     """The per-wave roofline MidModel and SwapModel share, with ``model``'s rates (mac_per_us,
     sm_gbps, hbm_tbps), overheads (wave_us, split_us) and narrow_efficiency: each wave costs the
     slower of a unit's MMA work (tile x K slice over ``efficiency``, times ``narrow_efficiency``
@@ -199,7 +199,7 @@ def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int,
     tile_k = natural_tile_k(problem.dtype)
     waves = math.ceil(launch_tiles(launched, cfg) * cfg.splits / num_sms)
     k_slice = math.ceil(math.ceil(problem.k / tile_k) / cfg.splits) * tile_k
-    efficiency *= 1.0 if cfg.tile_n >= model.full_rate_from else model.narrow_efficiency
+    efficiency *= 1.0 if cfg.tile_n >= full_rate_from else model.narrow_efficiency
     # mac_per_us is the 16-bit rate: the tensor cores do twice the 8-bit MACs per cycle
     rate = model.mac_per_us * efficiency * (2.0 if dtype_bits(problem.dtype) == 8 else 1.0)
     mma = cfg.tile_m * cfg.tile_n * k_slice / rate
@@ -230,7 +230,6 @@ class MidModel:
     efficiency: tuple = (("pingpong", 64, 0.8), ("pingpong", 128, 0.8), ("cooperative", 128, 1.0),
                          ("cooperative", 256, 1.0))
     narrow_efficiency: float = 0.85
-    full_rate_from: int = 128
     split_us: float = 6.0
     wave_us: float = 5.0
     min_m: int = 65
@@ -316,7 +315,10 @@ class SwapModel:
     pingpong_efficiency: float = 0.83
     cooperative_efficiency: float = 0.80
     narrow_efficiency: float = 0.67
+    # tiles at least full_rate_from tokens wide run at the full rate where M >= full_rate_min_m
+    # (narrower ones at narrow_efficiency); 128 wide and up everywhere
     full_rate_from: int = 128
+    full_rate_min_m: int = 0
     exact_widths: tuple = (160,)
     swap_factor: float = 0.78
     split_us: float = 0.9
@@ -328,7 +330,9 @@ class SwapModel:
     def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
         """Estimated time of ``cfg`` on the caller's ``problem`` (a swap config runs it swapped)."""
         eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
-        return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0)
+        full_rate_from = self.full_rate_from if problem.m >= self.full_rate_min_m else 128
+        return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0,
+                                full_rate_from)
 
     def candidates(self, arch: str = "sm90a") -> list:
         """Swap-AB configs: 128-row cooperative and 64-row ping-pong tiles over the weights; 32-64
@@ -385,9 +389,11 @@ SWAP_MODEL = SwapModel()
 # row timing every candidate) the 64 x 192 tiles it picked with the 16-bit model's widths measured
 # 0.891x in geomean, two 96-token tiles along the tokens (twice the CTAs, no K split) were the
 # fastest candidate on most shapes (the best per shape 1.095x), and with these widths its picks
-# measured 0.986x (cells below 0.90: 19 -> 11). The 16-bit model keeps 96-token tiles out: none
-# of its sweeps timed them at 161-192 tokens, where it picks 192-token tiles at 0.99x cuBLAS.
-FP8_SWAP_MODEL = SwapModel(max_m=192, exact_widths=(96, 160), full_rate_from=96)
+# measured 0.986x (cells below 0.90: 19 -> 11). 96-token tiles run at the full rate from 161
+# tokens only (two of them then pad less than 33%; at 136-160 tokens they would pad more than one
+# 160-token tile, unmeasured). The 16-bit model keeps 96-token tiles out: none of its sweeps
+# timed them at 161-192 tokens, where it picks 192-token tiles at 0.99x cuBLAS.
+FP8_SWAP_MODEL = SwapModel(max_m=192, exact_widths=(96, 160), full_rate_from=96, full_rate_min_m=161)
 # the operand classes (operand_class) whose swap-AB choice a model makes
 SWAP_MODELS = {"16bit": SWAP_MODEL, "fp8_precise": FP8_SWAP_MODEL}
 

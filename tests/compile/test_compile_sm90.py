@@ -255,6 +255,8 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     (GemmConfig(64, 160, schedule="pingpong", splits=2, swap_ab=True), "float8_e4m3fn",
      EpilogueSpec(scale_a="scalar", scale_b="scalar")),
     (GemmConfig(128, 160, splits=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row", activation="gelu")),
+    (GemmConfig(64, 160, schedule="pingpong", swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(128, 160, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="scalar", scale_b="scalar")),
 ], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: x)())
 def test_swap_ab_kernels_store_a_column_major_output(cfg, dtype, spec):
     """A swap-AB launch's kernel (the swapped problem: weights as A, tokens as B, a column-major

@@ -284,9 +284,20 @@ def _load_in_subprocess(package, x_path, out_path):
     return proc.returncode, proc.stderr[-2000:]
 
 
+def _package_sources(package) -> dict:
+    """The generated source files (C++ wrapper and kernels, Python, JSON) inside an AOTInductor
+    package (a zip archive): {member name: text}."""
+    import zipfile
+
+    with zipfile.ZipFile(package) as archive:
+        return {name: archive.read(name).decode("utf-8", "replace") for name in archive.namelist()
+                if name.endswith((".cpp", ".h", ".py", ".json"))}
+
+
 def test_aot_inductor_mlp_with_the_backend_enabled(backend, tmp_path, caplog):
     """torch.export + AOTInductor with max-autotune, backend enabled, on an MLP block: compiles and
-    packages (our extern kernels have no C shim, so none is offered: logged), loads and runs in a
+    packages (our extern kernels have no C shim, so none is offered: logged; the package's generated
+    code names nothing of ours), loads and runs in a
     fresh process and matches float64 like the package built without us. Where torch's loader
     fails for the package built without us too, the load is not run and the test says so."""
     import copy
@@ -313,6 +324,12 @@ def test_aot_inductor_mlp_with_the_backend_enabled(backend, tmp_path, caplog):
                     exported, package_path=str(tmp_path / f"mlp-{label}.pt2"))
     assert not backend.ours()  # nothing of ours offered in this mode
     assert any("AOTInductor: our extern kernels have no C shim" in r.getMessage() for r in caplog.records)
+    # the generated code of the package built with us enabled calls nothing of ours: no op of our
+    # library, no extern kernel of ours, no C shim named after our ops (what failed to compile before)
+    ours = ("cutedsl::", "cutedsl_gemm", "aoti_torch_cuda_gemm")
+    sources = _package_sources(packages["with"])
+    assert any(name.endswith(".cpp") for name in sources), sorted(sources)
+    assert not [(name, o) for name, text in sources.items() for o in ours if o in text]
     rc, err = _load_in_subprocess(packages["without"], x_path, tmp_path / "out-without.pt")
     if rc != 0:
         pytest.skip(f"not run: torch's AOTInductor loader fails here without the backend too (rc {rc}): "

@@ -265,6 +265,11 @@ def test_every_command_says_whether_it_needs_a_gpu(capsys, monkeypatch):
     listed = set(re.search(r"\{([a-z0-9,-]+)\}", capsys.readouterr().out).group(1).split(","))
     assert listed == GPU_COMMANDS | CPU_COMMANDS, listed ^ (GPU_COMMANDS | CPU_COMMANDS)
     assert not GPU_COMMANDS & CPU_COMMANDS
+    # stated here, not derived: a command that runs kernels marked as CPU-only would crash in torch
+    assert GPU_COMMANDS == {
+        "bench", "bench-host", "sweep", "bench-epilogue", "bench-fp8", "sweep-epilogue", "sweep-fp8", "bench-inductor",
+        "sweep-shapes", "sweep-decode", "tune", "sweep-gated", "probe-power", "probe-tiles", "probe-epilogue", "fuzz",
+        "probe-bandwidth"}, GPU_COMMANDS
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     required = {"tune": ["--out", "unused"], "probe-tiles": ["clusters"]}  # their required arguments
     for cmd in sorted(GPU_COMMANDS):

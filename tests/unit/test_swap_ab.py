@@ -264,8 +264,9 @@ def test_a_token_count_just_above_128_takes_a_160_wide_swap_tile_not_a_padded_19
 
 
 def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
-    """The FP8 swap model ranks 96-token tiles at the full rate (the H200's fp8 swap sweep at 192
-    tokens: two 96-token tiles the fastest on most shapes); the 16-bit model has no 96-token tile."""
+    """The FP8 swap model ranks 96-token tiles at the full rate from 161 tokens (the H200's fp8 swap
+    sweep at 192 tokens: two 96-token tiles the fastest on most shapes); the 16-bit model has no
+    96-token tile."""
     from cutedsl_backend.configs import SWAP_MODEL, default_config
     from cutedsl_backend.configs.ranking import FP8_SWAP_MODEL
     from cutedsl_backend.validation.tuning_sweeps import sweep_problem
@@ -275,4 +276,9 @@ def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
     problem, spec = sweep_problem("fp8_tensorwise", 192, 4096, 4096)
     cfg = default_config(problem, epilogue=spec, gpu=None)
     assert cfg.swap_ab and cfg.tile_n == 96, cfg.name
+    # below 161 tokens two 96-token tiles would pad more than one 160-token tile (unmeasured there)
+    for m in (136, 144, 160):
+        problem, spec = sweep_problem("fp8_tensorwise", m, 4096, 4096)
+        cfg = default_config(problem, epilogue=spec, gpu=None)
+        assert cfg.tile_n != 96, (m, cfg.name)
 
