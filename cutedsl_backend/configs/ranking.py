@@ -305,20 +305,21 @@ class SwapModel:
     of the shapes, the held-out quarter gained 0.02-0.06 each. The choice depends on the efficiency
     ratio and ``swap_factor`` (plateau 0.76-0.80); the rates and overheads move it little (+-25%:
     no change). Per M (geomean vs cuBLAS, mid-size picks -> with this model): 96: 0.844 -> 0.820
-    (so ``min_m`` is 128), 128: 0.908 -> 0.958, 160: 0.722 -> 0.781, 192: 0.852 -> 0.992, 256:
-    0.916 -> 0.942 (0.933 before the 64 x 256 ping-pong tile left the candidates). Its domain is
-    what was measured and won: sm90a, 16-bit operands, K-major A and B (the nn.Linear layout), one
-    batch, ``min_m`` <= M <= ``max_m``."""
+    (with the tiles of 128 tokens and up that sweep timed; see SWAP_MODEL for the 96-token tiles
+    that start its domain at 96 tokens), 128: 0.908 -> 0.958, 160: 0.722 -> 0.781, 192: 0.852 ->
+    0.992, 256: 0.916 -> 0.942 (0.933 before the 64 x 256 ping-pong tile left the candidates). Its
+    domain is what was measured and won: sm90a, 16-bit operands, K-major A and B (the nn.Linear
+    layout), one batch, ``min_m`` <= M <= ``max_m``."""
 
     mac_per_us: float = 2.32e6
     sm_gbps: float = 183.0
     pingpong_efficiency: float = 0.83
     cooperative_efficiency: float = 0.80
     narrow_efficiency: float = 0.67
-    # tiles at least full_rate_from tokens wide run at the full rate where M >= full_rate_min_m
-    # (narrower ones at narrow_efficiency); 128 wide and up everywhere
+    # tiles at least full_rate_from tokens wide run at the full rate where M is within
+    # full_rate_tokens (narrower ones at narrow_efficiency); 128 wide and up everywhere
     full_rate_from: int = 128
-    full_rate_min_m: int = 0
+    full_rate_tokens: tuple = (0, 1 << 31)
     exact_widths: tuple = (160,)
     swap_factor: float = 0.78
     split_us: float = 0.9
@@ -330,7 +331,8 @@ class SwapModel:
     def time_us(self, problem: GemmProblem, cfg: GemmConfig, num_sms: int) -> float:
         """Estimated time of ``cfg`` on the caller's ``problem`` (a swap config runs it swapped)."""
         eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
-        full_rate_from = self.full_rate_from if problem.m >= self.full_rate_min_m else 128
+        lo, hi = self.full_rate_tokens
+        full_rate_from = self.full_rate_from if lo <= problem.m <= hi else 128
         return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0,
                                 full_rate_from)
 
@@ -372,7 +374,14 @@ class SwapModel:
                       for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
 
 
-SWAP_MODEL = SwapModel()
+# 16-bit: swap-AB from 96 tokens with tiles exactly 96 tokens wide, at the full rate up to 128
+# tokens. On the H200's swap sweep at 96 tokens (29 projections) the models' unswapped picks
+# measured 0.898x cuBLAS and a 96-token swap tile was the fastest candidate on 26 shapes (1.020x for
+# the best per shape); with these the picks are that sweep's fastest on 18 shapes, and the 19 whose
+# new pick it timed went from 0.902x to 1.039x. Above 128 tokens a 96-token tile runs at the narrow
+# rate: at 160 tokens the sweep's fastest were 160-token tiles, and no 16-bit sweep timed 96-token
+# tiles at 161-192 tokens, where the picks are at 0.99x.
+SWAP_MODEL = SwapModel(min_m=96, exact_widths=(96, 160), full_rate_from=96, full_rate_tokens=(96, 128))
 # precise FP8 (e4m3, every k-tile added in fp32; bf16 out; scalar scales), the 16-bit model's rates,
 # not refitted. Replayed on the H100's fp8 swap sweep (`sweep-decode --space swap --dtype
 # fp8_tensorwise --ms 128` and `192`, 29 projections of 8 models; each row times every swap
@@ -390,10 +399,8 @@ SWAP_MODEL = SwapModel()
 # 0.891x in geomean, two 96-token tiles along the tokens (twice the CTAs, no K split) were the
 # fastest candidate on most shapes (the best per shape 1.095x), and with these widths its picks
 # measured 0.986x (cells below 0.90: 19 -> 11). 96-token tiles run at the full rate from 161
-# tokens only (two of them then pad less than 33%; at 136-160 tokens they would pad more than one
-# 160-token tile, unmeasured). The 16-bit model keeps 96-token tiles out: none of its sweeps
-# timed them at 161-192 tokens, where it picks 192-token tiles at 0.99x cuBLAS.
-FP8_SWAP_MODEL = SwapModel(max_m=192, exact_widths=(96, 160), full_rate_from=96, full_rate_min_m=161)
+# tokens only (at 136-160 tokens two of them would pad more than one 160-token tile, unmeasured).
+FP8_SWAP_MODEL = SwapModel(max_m=192, exact_widths=(96, 160), full_rate_from=96, full_rate_tokens=(161, 192))
 # the operand classes (operand_class) whose swap-AB choice a model makes
 SWAP_MODELS = {"16bit": SWAP_MODEL, "fp8_precise": FP8_SWAP_MODEL}
 

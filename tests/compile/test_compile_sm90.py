@@ -249,13 +249,15 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     (GemmConfig(64, 160, schedule="pingpong", cluster_n=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row")),
     (GemmConfig(128, 160, cluster_n=2, swap_ab=True), "float8_e4m3fn",
      EpilogueSpec(scale_a="scalar", scale_b="scalar")),
-    # the models' exact-width picks (SwapModel.exact_widths): FP8 at 96 and 160 tokens per tile, 16-bit at 160
+    # the models' exact-width picks (SwapModel.exact_widths): 96 and 160 tokens per tile
     (GemmConfig(64, 96, schedule="pingpong", swap_ab=True), "float8_e4m3fn",
      EpilogueSpec(scale_a="scalar", scale_b="scalar")),
     (GemmConfig(64, 160, schedule="pingpong", splits=2, swap_ab=True), "float8_e4m3fn",
      EpilogueSpec(scale_a="scalar", scale_b="scalar")),
     (GemmConfig(128, 160, splits=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row", activation="gelu")),
     (GemmConfig(64, 160, schedule="pingpong", swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(128, 96, swap_ab=True), "bfloat16", EpilogueSpec(bias="row")),
+    (GemmConfig(64, 96, schedule="pingpong", splits=2, swap_ab=True), "float16", EpilogueSpec()),
     (GemmConfig(128, 160, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="scalar", scale_b="scalar")),
 ], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: x)())
 def test_swap_ab_kernels_store_a_column_major_output(cfg, dtype, spec):

@@ -265,14 +265,12 @@ def test_a_token_count_just_above_128_takes_a_160_wide_swap_tile_not_a_padded_19
 
 def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
     """The FP8 swap model ranks 96-token tiles at the full rate from 161 tokens (the H200's fp8 swap
-    sweep at 192 tokens: two 96-token tiles the fastest on most shapes); the 16-bit model has no
-    96-token tile."""
-    from cutedsl_backend.configs import SWAP_MODEL, default_config
+    sweep at 192 tokens: two 96-token tiles the fastest on most shapes)."""
+    from cutedsl_backend.configs import default_config
     from cutedsl_backend.configs.ranking import FP8_SWAP_MODEL
     from cutedsl_backend.validation.tuning_sweeps import sweep_problem
 
     assert 96 in {c.tile_n for c in FP8_SWAP_MODEL.candidates()}
-    assert 96 not in {c.tile_n for c in SWAP_MODEL.candidates()}
     problem, spec = sweep_problem("fp8_tensorwise", 192, 4096, 4096)
     cfg = default_config(problem, epilogue=spec, gpu=None)
     assert cfg.swap_ab and cfg.tile_n == 96, cfg.name
@@ -282,3 +280,18 @@ def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
         cfg = default_config(problem, epilogue=spec, gpu=None)
         assert cfg.tile_n != 96, (m, cfg.name)
 
+
+
+def test_96_tokens_take_a_96_wide_swap_tile_and_192_do_not_split_in_two():
+    """16-bit swap-AB starts at 96 tokens with tiles exactly 96 wide (the H200's swap sweep at 96
+    tokens: such a tile the fastest on 26 of 29 shapes, the unswapped picks 0.898x cuBLAS); above
+    128 tokens they run at the narrow rate, so 161-192 tokens keep one tile (unmeasured in 16 bits)."""
+    from cutedsl_backend.configs import SWAP_MODEL, default_config
+
+    assert SWAP_MODEL.min_m == 96 and 96 in {c.tile_n for c in SWAP_MODEL.candidates()}
+    picks = [default_config(_linear(96, n, k)) for n, k in ((4096, 4096), (3584, 3584), (37888, 3584), (14336, 4096))]
+    assert all(c.swap_ab and c.tile_n == 96 for c in picks), [c.name for c in picks]
+    for m in (176, 192):
+        for n, k in ((4096, 4096), (8192, 8192), (14336, 4096)):
+            cfg = default_config(_linear(m, n, k))
+            assert cfg.tile_n != 96, (m, n, k, cfg.name)
