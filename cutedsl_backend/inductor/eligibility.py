@@ -74,7 +74,8 @@ class Offer:
 
 # the kernel_config of the per-call dispatcher (the eager API's config choice from the runtime shape)
 DISPATCH = "dispatch"
-DISPATCH_BUCKETS_M = (1, 16, 32, 64, 128, 192, 256, 512, 1024, 2048, 4096, 16384)
+# (96 and 160: where the swap-AB models' exact-width tiles take over from the next wider ones)
+DISPATCH_BUCKETS_M = (1, 16, 32, 64, 96, 128, 160, 192, 256, 512, 1024, 2048, 4096, 16384)
 
 
 def default_device_arch(device) -> str:
