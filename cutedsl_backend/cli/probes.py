@@ -34,7 +34,7 @@ def _probe_tiles(args, p) -> int:
 
 
 def _probe_bandwidth_arguments(p):
-    p.add_argument("--sizes-mb", default="256,512,1024", help="bf16 weight sizes (comma-separated MB)")
+    p.add_argument("--sizes-mb", default="256,512,1024", help="bf16 weight sizes (comma-separated MiB)")
     p.add_argument("--ms", default="1,16", help="token counts of the GEMMs (comma-separated)")
     p.add_argument("--json", help="write the rows here")
 
@@ -42,7 +42,13 @@ def _probe_bandwidth_arguments(p):
 def _probe_bandwidth(args, p) -> int:
     from ..validation.probes import bandwidth_ceiling
 
-    write_json(args.json, bandwidth_ceiling(ints(args.sizes_mb), ints(args.ms)))
+    try:
+        sizes, ms = ints(args.sizes_mb), ints(args.ms)
+    except ValueError:
+        p.error("--sizes-mb and --ms are comma-separated integers")
+    if not sizes or min(sizes) < 1 or min(ms, default=1) < 1:
+        p.error("--sizes-mb needs at least one size; sizes and token counts are positive")
+    write_json(args.json, bandwidth_ceiling(sizes, ms))
     return 0
 
 

@@ -267,7 +267,7 @@ def worker_pool_contention(workers: int = 8) -> dict:
 
 def bandwidth_ceiling(sizes_mb=(256, 512, 1024), ms=(1, 16), k: int = 4096, rounds: int = 5, log=print) -> list:
     """How fast this GPU's memory lets a kernel read a weight, the ceiling of a few-token GEMM: per
-    bf16 weight of ``sizes_mb`` (N x ``k``, N-major rows as nn.Linear stores them), the device time
+    bf16 weight of ``sizes_mb`` MiB (N x ``k``, N-major rows as nn.Linear stores them), the device time
     (CUDA-graph replay, the calls alternated in ``rounds``) of torch's reductions over it (a sum and
     a max: each reads the weight once), a copy (reads and writes it), cuBLAS's ``torch.matmul`` and
     our ``gemm`` at ``ms`` tokens. Rows: the call, the bytes it moves, median ms and the rounds'
@@ -314,6 +314,6 @@ def _bandwidth_rows(size: int, ms, k: int, rounds: int, log) -> list:
         row = {"weight_mb": size, "n": n, "k": k, "call": name, "bytes": moved, "ms": t,
                "ms_range": [min(runs[name]), max(runs[name])], "tbps": moved / (t * 1e9)}
         rows.append(row)
-        log(f"{size:5d} MB  {name:24s} {t:.4f} ms ({row['ms_range'][0]:.4f}-{row['ms_range'][1]:.4f})  "
+        log(f"{size:5d} MiB  {name:24s} {t:.4f} ms ({row['ms_range'][0]:.4f}-{row['ms_range'][1]:.4f})  "
             f"{row['tbps']:.2f} TB/s")
     return rows
