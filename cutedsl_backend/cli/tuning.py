@@ -175,7 +175,8 @@ COMMANDS = (
             "projections, then one table per operand class (use them with CUTEDSL_BACKEND_CONFIG_TABLES=OUT, or "
             "copy them into cutedsl_backend/configs/tables/)", True, _tune_arguments, _tune),
     Command("sweep-decode", "every small/mid-M candidate (tile, K slices, A rows) on each model projection vs "
-            "cuBLAS: the data the decode cost model is fitted on (tuning)", True, _sweep_decode_arguments,
+            "cuBLAS, each result checked against float64 first (a wrong one is left out): the data the cost "
+            "models are fitted on and the measured tables are made from (tuning)", True, _sweep_decode_arguments,
             _sweep_decode),
     Command("config-table", "a measured config table (configs/tables/) for one GPU model from sweep-decode --json "
             "files run on it (one operand class: bf16, or fp8 tensorwise)", False, _config_table_arguments,

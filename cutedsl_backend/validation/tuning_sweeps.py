@@ -223,7 +223,7 @@ def load_sweep_rows(paths) -> list:
 
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
-                 dtype: str = "bfloat16", checkpoint=None) -> list:
+                 dtype: str = "bfloat16", checkpoint=None, device: str = "cuda", timer=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
@@ -234,7 +234,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     torch._scaled_mm). Logs per shape the default pick's speed
     against the best candidate's; returns rows {m, n, k, dtype, peer_ms, pick, times: {config name: ms}}
     (also given to ``checkpoint``, if set, after each row). ``pick`` is the cost models' choice (no
-    measured table: the tables, configs.measured, are made from these rows)."""
+    measured table: the tables, configs.measured, are made from these rows). Each candidate's
+    result (into a NaN-poisoned output) is first held to the tolerance policy against float64; a
+    wrong one (or one that raises) is logged, left out of the times and listed in the row's
+    ``wrong`` {config name: relative L2}, so a table never names it. ``device`` and ``timer`` (ms
+    per call of a function; default CUDA-graph replay) let a CPU test run its logic."""
     import torch
 
     import cutedsl_backend as cb
@@ -242,6 +246,10 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     from ..configs import default_config, is_valid, rank_configs
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
+    from .tolerances import compare, compare_fp8
+
+    def timed(fn):  # a function giving fn's ms per call (a CUDA graph made once, replayed per call)
+        return _graph_ms(fn) if timer is None else (lambda: timer(fn))
 
     _, spec = sweep_problem(dtype, 1, 1, 1)  # (checks the dtype)
     fp8 = dtype.startswith("fp8")
@@ -258,24 +266,25 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     t0 = time.time()
     failed = {r[0] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
     log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
-    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+    sa, sb = torch.tensor(0.5, device=device), torch.tensor(2.0, device=device)
     rows, picked, best = [], [], []
     for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
         n, k = proj.n, proj.k
-        w = torch.randn(n, k, device="cuda")
+        w = torch.randn(n, k, device=device)
         w = w.to(torch.float8_e4m3fn) if fp8 else w.to(torch.bfloat16)
         for m in ms:
-            a = torch.randn(m, k, device="cuda")
+            a = torch.randn(m, k, device=device)
             a = a.to(torch.float8_e4m3fn) if fp8 else a.to(torch.bfloat16)
-            o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            o = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+            ref = (a.double() @ w.double().t()) * (float(sa) * float(sb) if fp8 else 1.0)
             if fp8:
-                peer = _graph_ms(lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
-                                                          use_fast_accum=fast))
+                peer = timed(lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                      use_fast_accum=fast))
 
                 def ours(c):
                     return lambda: cb.scaled_mm(a, w.t(), sa, sb, out=o, config=c, use_fast_accum=fast)
             else:
-                peer = _graph_ms(lambda: torch.matmul(a, w.t(), out=o))
+                peer = timed(lambda: torch.matmul(a, w.t(), out=o))
 
                 def ours(c):
                     return lambda: cb.gemm(a, w.t(), config=c, out=o)
@@ -285,23 +294,40 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             extra = [pick]
             if space == "swap":  # and what the ranking would run unswapped, which a swap pick replaces
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab))
-            times = {}
+            times, wrong = {}, {}
             for c in cands + [c for c in dict.fromkeys(extra) if c not in cands]:
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
-                ours(c)()
-                times[c.name] = _graph_ms(ours(c))()
+                o.fill_(float("nan"))  # an element the candidate does not write fails the check
+                try:
+                    ours(c)()
+                except Exception as e:  # reported, not fatal: one config must not end the sweep
+                    log(f"  {m}x{n}x{k}: {c.name}: {type(e).__name__}: {str(e)[:160]}")
+                    wrong[c.name] = float("nan")
+                    continue
+                check = (compare_fp8(o, ref, "bfloat16", k, fast_accum=fast) if fp8
+                         else compare(o, ref, "bfloat16", k))
+                if not check["ok"]:
+                    log(f"  {m}x{n}x{k}: {c.name}: WRONG result against float64: {check}")
+                    wrong[c.name] = check["rel_l2"]
+                    continue
+                times[c.name] = timed(ours(c))()
+            del ref
             peer_runs.append(peer())
             p = statistics.median(peer_runs)
-            fastest = min(times.values())
-            rows.append({"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": p, "pick": pick.name, "times": times})
+            row = {"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": p, "pick": pick.name, "times": times}
+            rows.append({**row, "wrong": wrong} if wrong else row)
             if checkpoint is not None:
                 checkpoint(rows)
+            if pick.name not in times:
+                log(f"{m}x{n}x{k}: peer {p * 1e3:.1f} us; the pick {pick.name} did not run right")
+                continue
             picked.append(p / times[pick.name])
-            best.append(p / fastest)
+            best.append(p / min(times.values()))
             log(f"{m}x{n}x{k}: peer {p * 1e3:.1f} us; pick {pick.name} {picked[-1]:.3f}x, "
                 f"best {min(times, key=times.get)} {best[-1]:.3f}x")
-    log(f"geomean vs the peer: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
+    if picked:
+        log(f"geomean vs the peer: the default picks {geomean(picked):.3f}, the best candidates {geomean(best):.3f}")
     return rows
 
 

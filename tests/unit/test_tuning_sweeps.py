@@ -1,6 +1,6 @@
-"""The tuning sweeps' logic on the CPU (their timings need a GPU): ``sweep-gated`` runs every
-gated candidate, checks each result against the unfused computation, leaves a wrong one out of
-the times, and reports the pick beside the fastest candidate and the peers."""
+"""The tuning sweeps' logic on the CPU (their timings need a GPU): ``sweep-gated`` and
+``sweep-decode`` run every candidate, check each result against float64, leave a wrong one out of
+the times, and report the pick beside the fastest candidate and the peers."""
 
 import pytest
 
@@ -57,3 +57,47 @@ def test_sweep_gated_checks_results_and_reports_the_pick(monkeypatch):
     assert any(line.startswith(f"{m}x{2 * n}x{k}: cuBLAS + silu*mul") for line in lines)
     assert sorted(compiled) == sorted(c.name for c in cands)
     assert any(c.cluster_m == 2 for c in cands)  # B multicast is among the swept
+
+
+def test_sweep_decode_checks_results_and_a_table_never_names_a_wrong_config(monkeypatch):
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.measured import table_from_sweeps
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs])
+    cands = ts.swap_candidates()
+    broken = {"rolled": cands[0].name, "short": cands[1].name, "raises": cands[2].name}
+
+    def gemm(a, b, *, config, out):
+        # torch's result, except for the configs the test breaks: one shifts the columns, one never
+        # writes its last rows (the previous candidate's values must not pass for them), one raises
+        y = (a.float() @ b.float()).to(out.dtype)
+        if config.name == broken["rolled"]:
+            return out.copy_(y.roll(1, dims=1))
+        if config.name == broken["short"]:
+            out[:-8].copy_(y[:-8])
+            return out
+        if config.name == broken["raises"]:
+            raise RuntimeError("launch failed")
+        return out.copy_(y)
+
+    monkeypatch.setattr(cb, "gemm", gemm)
+    timed = []
+
+    def timer(fn):
+        timed.append(fn)
+        return 1.0 + len(timed) * 1e-3  # distinct, increasing: the earliest timed is the fastest
+
+    lines = []
+    rows = ts.sweep_decode(ms=(96,), space="swap", models=["phi3-mini"], log=lines.append, device="cpu",
+                           timer=timer)
+    assert rows
+    for row in rows:
+        assert set(broken.values()) <= set(row["wrong"]) and not set(broken.values()) & set(row["times"])
+        problem, _ = ts.sweep_problem("bfloat16", 96, row["n"], row["k"])
+        assert row["times"] and row["pick"] == default_config(problem).name
+    assert any("WRONG" in line and broken["rolled"] in line for line in lines)
+    assert any("RuntimeError" in line and broken["raises"] in line for line in lines)
+    table = table_from_sweeps(rows, "NVIDIA H200", "test")
+    assert table.entries and not {e.config.name for e in table.entries} & set(broken.values())
