@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .common import Command, shapes, write_json
+from .common import Command, dims, shapes, write_json
 
 
 def _bench_arguments(p):
@@ -51,7 +51,7 @@ def _bench_epilogue_arguments(p):
 def _bench_epilogue(args, p) -> int:
     from ..validation.bench import bench_epilogues
 
-    m, n, k = (int(x) for x in args.shape.split("x"))
+    m, n, k = dims(args.shape)
     write_json(args.json, bench_epilogues(m, n, k, args.dtype, with_compile=not args.no_compile))
     return 0
 

@@ -34,7 +34,12 @@ def shapes(spec: str) -> list:
         return DECODE_SHAPES
     if spec == "all":
         return PREFILL_SHAPES + DECODE_SHAPES
-    return [tuple(int(x) for x in s.split("x")) for s in spec.split(",")]
+    return [dims(s) for s in spec.split(",")]
+
+
+def dims(text: str) -> tuple:
+    """``MxNxK`` (or ``NxK``) as integers."""
+    return tuple(int(x) for x in text.split("x"))
 
 
 def ints(text: str) -> tuple:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import Command, no_arguments
+from .common import Command, dims, no_arguments
 
 TAGS = ["quick", "standard", "full"]
 
@@ -98,7 +98,7 @@ def _compile_arguments(p):
 def _compile(args, p) -> int:
     from ..compiler import compile_gemm
 
-    m, n, k = (int(x) for x in args.mnk.split("x"))
+    m, n, k = dims(args.mnk)
     cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch)
     print(json.dumps({"config": cg.config.name, "compile_seconds": round(cg.compile_seconds, 3),
                       "cache_hit": cg.cache_hit, "resources": vars(cg.resources),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import Command, ints, names, shapes, write_json
+from .common import Command, dims, ints, names, shapes, write_json
 
 
 def _sweep_arguments(p):
@@ -33,7 +33,7 @@ def _sweep_epilogue_arguments(p):
 def _sweep_epilogue(args, p) -> int:
     from ..validation.tuning_sweeps import sweep_epilogue
 
-    m, n, k = (int(x) for x in args.shape.split("x"))
+    m, n, k = dims(args.shape)
     write_json(args.json, {args.shape: sweep_epilogue(m, n, k, args.dtype, only=names(args.variants))})
     return 0
 
@@ -165,7 +165,7 @@ def _sweep_gated_arguments(p):
 def _sweep_gated(args, p) -> int:
     from ..validation.tuning_sweeps import sweep_gated
 
-    n, k = (int(x) for x in args.shape.split("x"))
+    n, k = dims(args.shape)
     write_json(args.json, sweep_gated(tuple(int(m) for m in args.ms.split(",")), n=n, k=k))
     return 0
 

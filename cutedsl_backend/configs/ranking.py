@@ -185,8 +185,13 @@ def wide_tile_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None) ->
     return WIDE_TILE if gain >= 0.01 else None
 
 
+# tiles at least this wide (columns: tokens for a swap-AB tile) run at a schedule's full MMA rate;
+# narrower ones at a model's narrow_efficiency, unless the model says otherwise (SwapModel)
+FULL_RATE_WIDTH = 128
+
+
 def wave_roofline_us(model, problem: GemmProblem, cfg: GemmConfig, num_sms: int, efficiency: float,
-                     unit_factor: float = 1.0, full_rate_from: int = 128) -> float:
+                     unit_factor: float = 1.0, full_rate_from: int = FULL_RATE_WIDTH) -> float:
     """The per-wave roofline MidModel and SwapModel share, with ``model``'s rates (mac_per_us,
     sm_gbps, hbm_tbps), overheads (wave_us, split_us) and narrow_efficiency: each wave costs the
     slower of a unit's MMA work (tile x K slice over ``efficiency``, times ``narrow_efficiency``
@@ -317,8 +322,8 @@ class SwapModel:
     cooperative_efficiency: float = 0.80
     narrow_efficiency: float = 0.67
     # tiles at least full_rate_from tokens wide run at the full rate where M is within
-    # full_rate_tokens (narrower ones at narrow_efficiency); 128 wide and up everywhere
-    full_rate_from: int = 128
+    # full_rate_tokens (narrower ones at narrow_efficiency); FULL_RATE_WIDTH and up everywhere
+    full_rate_from: int = FULL_RATE_WIDTH
     full_rate_tokens: tuple = (0, 1 << 31)
     exact_widths: tuple = (160,)
     swap_factor: float = 0.78
@@ -332,7 +337,7 @@ class SwapModel:
         """Estimated time of ``cfg`` on the caller's ``problem`` (a swap config runs it swapped)."""
         eff = self.pingpong_efficiency if cfg.schedule == "pingpong" else self.cooperative_efficiency
         lo, hi = self.full_rate_tokens
-        full_rate_from = self.full_rate_from if lo <= problem.m <= hi else 128
+        full_rate_from = self.full_rate_from if lo <= problem.m <= hi else FULL_RATE_WIDTH
         return wave_roofline_us(self, problem, cfg, num_sms, eff, self.swap_factor if cfg.swap_ab else 1.0,
                                 full_rate_from)
 

@@ -286,7 +286,7 @@ def _bandwidth_rows(size: int, ms, k: int, rounds: int, log) -> list:
 
     import cutedsl_backend as cb
 
-    from .shape_sweep import _graph_ms
+    from .bench import alternated_graph_ms
 
     g = torch.Generator(device="cuda").manual_seed(2026 + size)
     n = size * 2 ** 20 // (2 * k)
@@ -303,16 +303,12 @@ def _bandwidth_rows(size: int, ms, k: int, rounds: int, log) -> list:
         moved = weight_bytes + 2 * (m * k + m * n)
         calls[f"torch.matmul M={m}"] = (lambda a=a, o=peer_out: torch.matmul(a, w.t(), out=o), moved)
         calls[f"ours gemm M={m}"] = (lambda a=a, o=out: cb.gemm(a, w.t(), out=o), moved)
-    timers = {name: _graph_ms(fn) for name, (fn, _) in calls.items()}
-    runs: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            runs[name].append(timer())
+    timed = alternated_graph_ms({name: fn for name, (fn, _) in calls.items()}, rounds)
     rows = []
     for name, (_, moved) in calls.items():
-        t = statistics.median(runs[name])
+        t, runs = timed[name]["ms"], timed[name]["runs"]
         row = {"weight_mb": size, "n": n, "k": k, "call": name, "bytes": moved, "ms": t,
-               "ms_range": [min(runs[name]), max(runs[name])], "tbps": moved / (t * 1e9)}
+               "ms_range": [min(runs), max(runs)], "tbps": moved / (t * 1e9)}
         rows.append(row)
         log(f"{size:5d} MiB  {name:24s} {t:.4f} ms ({row['ms_range'][0]:.4f}-{row['ms_range'][1]:.4f})  "
             f"{row['tbps']:.2f} TB/s")
