@@ -145,6 +145,8 @@ def _tune_arguments(p):
     p.add_argument("--fp8-swap-ms", default=",".join(map(str, grids.FP8_SWAP_MS)), help="fp8 swap-AB sweep's")
     p.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                    "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
+    p.add_argument("--fp8-decode-ms", default="", help="the same for e4m3 with scalar scales (e.g. 16,32,64: "
+                   "each covers the token counts loading as many rows of A; default none)")
     p.add_argument("--models", help="only these models' projections (comma-separated)")
 
 
@@ -152,7 +154,7 @@ def _tune(args, p) -> int:
     from ..validation.tune import tune
 
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
-         decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms))
+         decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms))
     return 0
 
 

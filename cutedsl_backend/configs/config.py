@@ -111,3 +111,15 @@ class GemmConfig:
 def natural_tile_k(dtype: str) -> int:
     """128 bytes of K per smem row: the widest (128B) swizzle for the dtype."""
     return 1024 // dtype_bits(dtype)
+
+
+# the most tokens a few-token (decode) config serves: one 64-row tile along M
+DECODE_MAX_M = 64
+
+
+def decode_a_rows(problem) -> int:
+    """The rows of A a few-token config loads for ``problem`` (GemmConfig.a_rows): 16 up to 16
+    tokens, 32 up to 32 (K-major A only), else the whole 64-row tile (0)."""
+    if problem.a_major != "k" or problem.m > 32:
+        return 0
+    return 16 if problem.m <= 16 else 32

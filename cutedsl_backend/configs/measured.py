@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from ..problem import GemmProblem, operand_class
-from .config import GemmConfig
+from .config import DECODE_MAX_M, GemmConfig, decode_a_rows
 from .rules import fits
 
 log = logging.getLogger("cutedsl_backend.configs")
@@ -60,6 +60,20 @@ class MeasuredEntry:
         """Whether the entry names a config other than the models' pick: it ran more than
         ``min_gain`` faster, or the pick did not run (``model_ms`` -1)."""
         return self.model_ms < 0 or self.ms * (1 + min_gain) < self.model_ms
+
+
+def same_decode_work(entry: MeasuredEntry, problem: GemmProblem) -> bool:
+    """Whether ``entry``'s config does for ``problem`` exactly the work it was measured doing: a
+    few-token config (ranking.decode_choice's kind: one 64-row tile along M, unswapped) that loads
+    the same rows of A (configs.decode_a_rows) at both token counts, both within those rows. Its
+    time does not depend on M there (the weights' loads and the K slices are the same; the rows
+    past M are zero-filled), so an entry measured at 16 tokens serves 1-16, at 32 17-32 and at 64
+    33-64, where the sqrt(2) rule would leave gaps."""
+    cfg = entry.config
+    if cfg is None or cfg.swap_ab or cfg.tile_m != 64 or entry.m > DECODE_MAX_M:
+        return False
+    return (entry.m <= (cfg.a_rows or cfg.tile_m) and cfg.a_rows == decode_a_rows(problem)
+            == decode_a_rows(GemmProblem(entry.m, problem.n, problem.k, a_major=problem.a_major)))
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,9 @@ class MeasuredTable:
             return None
         bound = min((e for e in self._by_nk.get((problem.n, problem.k), ()) if e.m >= problem.m),
                     key=lambda e: e.m, default=None)
-        if bound is None or bound.config is None or bound.m > MAX_M_RATIO * problem.m:
+        if bound is None or bound.config is None:
+            return None
+        if bound.m > MAX_M_RATIO * problem.m and not same_decode_work(bound, problem):
             return None
         # fits checks a swap-AB config on the swapped problem, as it runs
         return bound if fits(bound.config, problem, epilogue) else None
@@ -188,7 +204,10 @@ class MeasuredTables:
             tables: dict = {}
             for path in [p for d in self.directories() for p in sorted(d.glob("*.json"))]:
                 try:
-                    table = MeasuredTable.from_json(json.loads(path.read_text()))
+                    data = json.loads(path.read_text())
+                    if isinstance(data, dict) and "entries" not in data and "schema" not in data:
+                        continue  # not a table (a tune directory's tuned-on.json)
+                    table = MeasuredTable.from_json(data)
                 except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # the models rank every shape
                     log.warning("cutedsl: measured config table %s not used: %s", path, e)
                     continue

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_class
-from .config import GemmConfig, natural_tile_k
+from .config import DECODE_MAX_M, GemmConfig, decode_a_rows, natural_tile_k
 from .families import family
 from .measured import MEASURED
 from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
@@ -115,7 +115,7 @@ class DecodeModel:
     sm_gbps: float = 55.0
     split_us: float = 1.5
     wave_us: float = 1.0
-    max_m: int = 64
+    max_m: int = DECODE_MAX_M
     widths: tuple = (64, 96, 128, 192, 256)
     splits: tuple = (1, 2, 3, 4, 6, 8)
     a_rows: tuple = (16, 32, 0)
@@ -124,6 +124,15 @@ class DecodeModel:
         """Ping-pong 64-row tiles of each width x K slices x A loads of 16 / 32 / all rows."""
         return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
                 for tn in self.widths for s in self.splits for r in self.a_rows]
+
+    def sweep_candidates(self, arch: str = "sm90a") -> list:
+        """What the tuning sweep (``sweep-decode --space decode``) times for the measured tables:
+        :meth:`candidates` and tiles 32 and 160 wide. A 32-wide tile gives a 4096-wide projection
+        128 tiles without a K split (its reduction costs ``split_us``), a 160-wide one splits
+        widths such as 57344 into whole waves; the model ranks :meth:`candidates` only (these
+        widths are unmeasured where no table is)."""
+        return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
+                for tn in sorted({32, 160, *self.widths}) for s in self.splits for r in self.a_rows]
 
     def time_us(self, problem: GemmProblem, tile_n: int, splits: int, num_sms: int) -> float:
         elem = dtype_bits(problem.dtype) / 8
@@ -147,9 +156,7 @@ def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
     fits in them; None elsewhere (and where nothing fits the problem and ``epilogue``)."""
     if problem.arch != "sm90a" or problem.m > model.max_m:
         return None
-    a_rows = 0
-    if problem.a_major == "k":
-        a_rows = 16 if problem.m <= 16 else 32 if problem.m <= 32 else 0
+    a_rows = decode_a_rows(problem)
     mine = [c for c in model.candidates() if c.a_rows == a_rows]
     ranked = sorted(mine, key=lambda c: (model.time_us(problem, c.tile_n, c.splits, num_sms), c.tile_n, c.splits))
     return next((c for c in ranked if fits(c, problem, epilogue)), None)

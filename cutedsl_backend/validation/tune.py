@@ -39,12 +39,13 @@ FP8_SWAP_MS = (96, 128, 160, 192, 256)
 def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
          fp8_ms: tuple = FP8_MID_MS, models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
-         decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS) -> list:
+         decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = ()) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
-    (split-K, short A loads) sweeps, ``fp8_ms`` / ``fp8_swap_ms`` of the fp8 mid-size and swap-AB
-    ones (empty: none); ``models``: only
+    (split-K, short A loads) sweeps, ``fp8_ms`` / ``fp8_swap_ms`` / ``fp8_decode_ms`` of the fp8
+    ones (empty: none; few-token sweeps at 16, 32 and 64 cover every M up to 64, see
+    configs.measured.same_decode_work); ``models``: only
     these models' projections. ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
@@ -74,6 +75,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     model_arg = f" --models {','.join(models)}" if models else ""
     runs = [("bfloat16", "decode", m) for m in decode_ms] + [("bfloat16", "mid", m) for m in ms]
     runs += [("bfloat16", "swap", m) for m in swap_ms]
+    runs += [("fp8_tensorwise", "decode", m) for m in fp8_decode_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     runs += [("fp8_tensorwise", "swap", m) for m in fp8_swap_ms]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}

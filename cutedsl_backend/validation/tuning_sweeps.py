@@ -174,10 +174,11 @@ def sweep_fp8(m, n, k, log=print, only=None, modes=(True, False)) -> dict:
 
 
 def decode_candidates(arch: str = "sm90a") -> list:
-    """The few-token configs configs.DecodeModel chooses among."""
+    """The few-token configs the decode sweep times: configs.DecodeModel.sweep_candidates (each M
+    times those loading the rows of A that configs.decode_a_rows gives it)."""
     from ..configs import DECODE_MODEL
 
-    return DECODE_MODEL.candidates(arch)
+    return DECODE_MODEL.sweep_candidates(arch)
 
 
 def mid_candidates(arch: str = "sm90a") -> list:
@@ -244,6 +245,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     import cutedsl_backend as cb
 
     from ..configs import default_config, is_valid, rank_configs
+    from ..configs.config import decode_a_rows
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
     from .tolerances import compare, compare_fp8
@@ -298,6 +300,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             for c in cands + [c for c in dict.fromkeys(extra) if c not in cands]:
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
+                if space == "decode" and c not in extra and c.a_rows != decode_a_rows(problem):
+                    continue  # loading more rows of A than M needs only adds traffic
                 o.fill_(float("nan"))  # an element the candidate does not write fails the check
                 try:
                     ours(c)()

@@ -52,6 +52,26 @@ def test_a_few_tokens_are_not_served_by_a_mid_size_measurement():
     assert t.choice(linear(90)) is None and t.choice(linear(64)) is None and t.choice(linear(1)) is None
 
 
+def test_a_few_token_entry_serves_every_m_that_loads_the_same_rows_of_a():
+    """A few-token config does the same work at every M within the rows of A it loads: an entry
+    at 16 tokens (16 rows) serves 1-16, at 32 17-32, at 64 (the whole 64-row tile) 33-64."""
+    a16 = GemmConfig(64, 32, schedule="pingpong", a_rows=16)
+    a32 = GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=32)
+    a0 = GemmConfig(64, 128, schedule="pingpong")
+    t = table(entry(16, a16), entry(32, a32), entry(64, a0))
+    assert [t.choice(linear(m)) for m in (1, 2, 7, 16)] == [a16] * 4
+    assert [t.choice(linear(m)) for m in (17, 24, 32)] == [a32] * 3
+    assert [t.choice(linear(m)) for m in (33, 40, 64)] == [a0] * 3
+    # a 16-token entry whose config loads the whole tile: other rows than a 1-token problem's loads
+    assert table(entry(16, a0)).choice(linear(1)) is None and table(entry(16, a0)).choice(linear(12)) == a0
+    # an entry at 64 whose config loads 32 rows is not a config for 64 tokens: nothing below sqrt(2)
+    assert table(entry(64, a32)).choice(linear(20)) is None
+    # neither a swap-AB, a 128-row or a mid-size-measured config: only the sqrt(2) rule
+    for cfg in (GemmConfig(64, 64, schedule="pingpong", swap_ab=True, a_rows=0), GemmConfig(128, 128)):
+        assert table(entry(64, cfg)).choice(linear(40)) is None
+    assert table(entry(96, GemmConfig(64, 128, schedule="pingpong"))).choice(linear(64)) is None
+
+
 def test_the_next_measured_m_at_or_above_serves_and_an_old_models_entry_serves_nothing():
     wide = GemmConfig(128, 256, schedule="cooperative", swap_ab=True)  # 256 tokens a tile
     t = table(entry(256, wide), entry(192, SWAP))
@@ -239,9 +259,10 @@ def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
     (tmp_path / "bad.json").write_text('{"schema": 99}')
     (tmp_path / "rows.json").write_text('[{"m": 1}]')  # sweep rows, not a table
     (tmp_path / "good.json").write_text(json.dumps(table(entry(384, COOP)).to_json()))
+    (tmp_path / "tuned-on.json").write_text('{"gpu": "NVIDIA Test GPU", "models": null}')  # tune's marker
     tables = MeasuredTables(tmp_path)
     assert tables.choice(linear(384), GPU) == COOP
-    assert "bad.json" in caplog.text and "rows.json" in caplog.text
+    assert "bad.json" in caplog.text and "rows.json" in caplog.text and "tuned-on" not in caplog.text
 
 
 def test_the_report_names_a_table_only_for_the_cells_it_serves():
@@ -271,9 +292,10 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
 
     paths = tune(str(tmp_path), ms=(384,), swap_ms=(192,), fp8_ms=(256,), sweep=sweep, log=lambda *a: None,
                  gpu=GPU, versions={"torch": "t", "nvidia_cutlass_dsl": "d", "cutedsl_backend": "c"}, decode_ms=(16,),
-                 fp8_swap_ms=(128,))
+                 fp8_swap_ms=(128,), fp8_decode_ms=(32,))
     assert calls == [((16,), "decode", "bfloat16"), ((384,), "mid", "bfloat16"), ((192,), "swap", "bfloat16"),
-                     ((256,), "mid", "fp8_tensorwise"), ((128,), "swap", "fp8_tensorwise")]
+                     ((32,), "decode", "fp8_tensorwise"), ((256,), "mid", "fp8_tensorwise"),
+                     ((128,), "swap", "fp8_tensorwise")]
     assert [p.name for p in paths] == [f"{gpu_slug(GPU)}-16bit.json", f"{gpu_slug(GPU)}-fp8.json"]
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     sixteen = MeasuredTable.from_json(json.loads(paths[0].read_text()))
@@ -282,8 +304,9 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
     assert "sweep-decode --space swap --dtype bfloat16 --ms 192" in sixteen.source and "config-table" in sixteen.source
     assert (tmp_path / "sweeps" / "sweep-mid-fp8-m256.json").exists()
     fp8_table = MeasuredTable.from_json(json.loads(paths[1].read_text()))
-    assert [e.m for e in fp8_table.entries] == [128, 256]
+    assert [e.m for e in fp8_table.entries] == [32, 128, 256]
     assert "sweep-decode --space swap --dtype fp8_tensorwise --ms 128" in fp8_table.source
+    assert "sweep-decode --space decode --dtype fp8_tensorwise --ms 32" in fp8_table.source
     monkeypatch.setenv("CUTEDSL_BACKEND_CONFIG_TABLES", str(tmp_path))
     tables = MeasuredTables(tmp_path / "no-shipped-tables")
     assert tables.choice(linear(384), GPU) == COOP

@@ -101,3 +101,23 @@ def test_sweep_decode_checks_results_and_a_table_never_names_a_wrong_config(monk
     assert any("RuntimeError" in line and broken["raises"] in line for line in lines)
     table = table_from_sweeps(rows, "NVIDIA H200", "test")
     assert table.entries and not {e.config.name for e in table.entries} & set(broken.values())
+
+
+def test_the_decode_sweep_times_the_configs_loading_the_rows_m_needs(monkeypatch):
+    """At 16 tokens the few-token sweep times the 16-row A loads of every width (32 and 160 wide
+    too, which the model does not rank) and K split, besides the models' pick; no 32- or 64-row
+    load (more traffic for the same result)."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import DECODE_MODEL
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs])
+    monkeypatch.setattr(cb, "gemm", lambda a, b, *, config, out: out.copy_((a.float() @ b.float()).to(out.dtype)))
+    rows = ts.sweep_decode(ms=(16,), space="decode", models=["phi3-mini"], log=lambda *a: None, device="cpu",
+                           timer=lambda fn: 1.0)
+    assert rows
+    for row in rows:
+        timed = {name for name in row["times"] if name != row["pick"]}
+        assert timed and all(name.endswith("_a16") for name in timed)
+        widths = {int(name.split("_")[2].split("x")[1]) for name in timed}
+        assert widths == {32, 160, *DECODE_MODEL.widths}
