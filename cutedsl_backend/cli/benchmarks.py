@@ -134,6 +134,9 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--json", help="write the sweep (rows and summary) here")
     p.add_argument("--no-config-tables", action="store_true",
                    help="rank with the cost models alone (no measured config table): the other half of an A/B")
+    p.add_argument("--edge-tiles", action="store_true",
+                   help="run the picks with their last tiles moved back to the output's edge where partial "
+                   "(GemmConfig.edge; configs.edge): the other half of that A/B")
     p.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,768,1536 "
                    "between the measured tables' points, for an out-of-sample A/B)")
 
@@ -146,6 +149,10 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.measured import MEASURED
 
         MEASURED.enabled = False
+    if args.edge_tiles:
+        from ..configs.edge import EDGE_TILES
+
+        EDGE_TILES.enabled = True
     ms = None
     if args.ms:
         try:

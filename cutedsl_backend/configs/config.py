@@ -13,11 +13,11 @@ from ..problem import UnsupportedGemmError, dtype_bits
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
 _NAME_FORM = ("<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>]"
-              "[_a<rows>][_swap]")
+              "[_a<rows>][_swap][_edge]")
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
-    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?")
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?")
 # split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
 # workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
 MAX_SPLITS = 16
@@ -53,6 +53,12 @@ class GemmConfig:
       tokens in one tile, no rows wasted); the kernel stores the column-major out^T, which is the
       row-major out. The tile and cluster fields then describe the swapped problem. sm90a (sm100a:
       compile-verified).
+    - ``edge``: the last tile along M and along N starts where it ends at the output's edge (it
+      overlaps the tile before it, whose rows it computes again and stores with the same values)
+      instead of reaching past it, so no load of A or B reaches past M or N where the extent is
+      at least a tile (a K tail still does). TMA's out-of-bounds fill is slow: on the H100 a
+      swap-AB launch at 288 tokens (its last 160-token tile 32 rows short) took 1.48x its time at
+      320. sm90a; the dispatcher takes it where configs.edge's policy says so.
     """
 
     tile_m: int = 128
@@ -69,6 +75,7 @@ class GemmConfig:
     splits: int = 1
     a_rows: int = 0
     swap_ab: bool = False
+    edge: bool = False
 
     @property
     def name(self) -> str:
@@ -77,18 +84,22 @@ class GemmConfig:
             f"_c{self.cluster_m}x{self.cluster_n}_s{self.stages or 'auto'}_r{self.raster}{self.group}"
         )
         return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
-            f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "")
+            f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "") + (
+            "_edge" if self.edge else "")
 
     def key(self) -> tuple:
         t = dataclasses.astuple(self)
-        return t if self.swap_ab else t[:-1]  # (without swap_ab: the keys that predate the field)
+        if self.edge:
+            return t
+        # without edge (and swap_ab): the keys that predate those fields
+        return t[:-1] if self.swap_ab else t[:-2]
 
     @property
     def shape(self) -> tuple:
         """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
         stages and tile_k aside; those variants measure within a few percent of each other)."""
         return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta, self.splits,
-                self.a_rows, self.swap_ab)
+                self.a_rows, self.swap_ab, self.edge)
 
     @classmethod
     def from_name(cls, name: str) -> "GemmConfig":
@@ -102,7 +113,8 @@ class GemmConfig:
         return cls(tile_m=int(g["tm"]), tile_n=int(g["tn"]), tile_k=auto(g["tk"]), cluster_m=int(g["cm"]),
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
                    group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
-                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]))
+                   splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]),
+                   edge=bool(g["edge"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)

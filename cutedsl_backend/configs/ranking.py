@@ -11,6 +11,7 @@ from typing import Optional
 
 from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_class
 from .config import DECODE_MAX_M, GemmConfig, decode_a_rows, natural_tile_k
+from .edge import EDGE_TILES
 from .families import family
 from .measured import MEASURED
 from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
@@ -57,11 +58,11 @@ def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -
 def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None, gpu: Optional[str] = None) -> GemmConfig:
     """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec) on GPU model ``gpu`` (None:
     unknown): a measured table's entry or override, else the models' and heuristic's best (see
-    :func:`rank_configs`); memoized."""
+    :func:`rank_configs`), its last tiles edge-aligned where configs.edge's policy says so; memoized."""
     ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue, gpu=gpu)
     if not ranked:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
-    return ranked[0]
+    return EDGE_TILES.apply(ranked[0], problem, epilogue)
 
 
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,

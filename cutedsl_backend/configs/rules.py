@@ -53,6 +53,8 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError(f"swap_ab: not implemented for {cfg.arch}")
         if epilogue is not None and (epilogue.residual or epilogue.gated):
             raise UnsupportedGemmError("swap_ab: takes no residual and no gated epilogue (its output is transposed)")
+    if cfg.edge and cfg.arch != "sm90a":
+        raise UnsupportedGemmError(f"edge: edge-aligned last tiles are implemented for sm90a only, not {cfg.arch}")
     if cfg.splits > 1:
         if not fam.split_k:
             raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")

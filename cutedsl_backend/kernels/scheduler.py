@@ -57,3 +57,17 @@ def cluster_tile_coord(idx: Int32, clusters_m: Int32, clusters_n: Int32, group: 
     cm = minor if cutlass.const_expr(raster_m) else major
     cn = major if cutlass.const_expr(raster_m) else minor
     return cm, cn, l
+
+
+@cute.jit
+def edge_shift(tile: Int32, size: cutlass.Constexpr, extent: Int32):
+    """How far (zero or negative) tile number ``tile`` of ``size`` elements moves its origin so
+    that it ends inside ``extent`` (GemmConfig.edge): the last, partial tile then overlaps the one
+    before it instead of reaching past the edge, where TMA would fill its loads out of bounds.
+    Zero where the extent is shorter than a tile (nothing to overlap), where the tile ends inside,
+    and for a cluster's padding tile wholly past the edge (its stores are clipped, as unmoved)."""
+    shift = Int32(0)
+    origin = tile * size
+    if extent >= size and origin < extent:
+        shift = cutlass.min(extent - size - origin, Int32(0))
+    return shift

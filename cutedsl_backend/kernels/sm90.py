@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - depends on the installed DSL
 
 from ..configs import RES_STAGES
 from . import epilogue as epi
-from .scheduler import cluster_tile_coord
+from .scheduler import cluster_tile_coord, edge_shift
 from .sm90_launch import THREADS_PER_WG, Sm90Launch
 from .split_k import reduce_partials
 
@@ -163,24 +163,22 @@ class Sm90Gemm(Sm90Launch):
         sA_load = sA
         if cutlass.const_expr(self.a_rows != self.cfg.tile_m):
             sA_load = cute.local_tile(sA, (self.a_rows, self.cfg.tile_k), (0, 0, None))
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_a, cluster_coord[1], cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-            cute.group_modes(sA_load, 0, 2), cute.group_modes(gA, 0, 2))
-        tB2sB = tB2gB = None
+        a_mcast_layout = cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape)
         b_mcast_layout = cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape)
+        sB_load, sB_up = sB, None
         if cutlass.const_expr(self.gated):
             # the gate rows into the first half of each stage's B tile, the up rows into the second
-            sB_gate = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (0, 0, None))
-            sB_up = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (1, 0, None))
             # (each CTA of a cluster column loads its share of both halves and multicasts it)
-            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, cluster_coord[0], b_mcast_layout, cute.group_modes(sB_gate, 0, 2), cute.group_modes(gB, 0, 2))
-            tB2sB, tB2gB = cute.nvgpu.cpasync.tma_partition(
-                tma_b2, cluster_coord[0], b_mcast_layout, cute.group_modes(sB_up, 0, 2),
-                cute.group_modes(gB2, 0, 2))
-        else:
-            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, cluster_coord[0], b_mcast_layout, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+            sB_load = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (0, 0, None))
+            sB_up = cute.local_tile(sB, (self.out_tile_n, self.cfg.tile_k), (1, 0, None))
+        tAsA, tAgA = self._tma_views(tma_a, cluster_coord[1], a_mcast_layout, sA_load, gA)
+        tBsB, tBgB = self._tma_views(tma_b, cluster_coord[0], b_mcast_layout, sB_load, gB)
+        tB2sB = tB2gB = None
+        if cutlass.const_expr(self.gated):
+            tB2sB, tB2gB = self._tma_views(tma_b2, cluster_coord[0], b_mcast_layout, sB_up, gB2)
+        # the output's extents, for edge-aligned last tiles (GemmConfig.edge)
+        extent_m = cute.size(mC_mnl, mode=[0])
+        extent_n = cute.size(mC_mnl, mode=[1])
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
@@ -199,11 +197,23 @@ class Sm90Gemm(Sm90Launch):
                     cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                     tile_m = cm * self.cfg.cluster_m + cta_m
                     tile_n = cn * self.cfg.cluster_n + cta_n
-                    tAgA_t = tAgA[(None, tile_m, None, l)]
-                    tBgB_t = tBgB[(None, tile_n, None, l)]
+                    tAgA_e, tBgB_e, tB2gB_e = tAgA, tBgB, tB2gB
+                    if cutlass.const_expr(self.cfg.edge):
+                        # the tiles' origins moved back to end at the edge (the same views, offset)
+                        dm = edge_shift(tile_m, self.cfg.tile_m, extent_m)
+                        dn = edge_shift(tile_n, self.out_tile_n, extent_n)
+                        _, tAgA_e = self._tma_views(tma_a, cluster_coord[1], a_mcast_layout, sA_load,
+                                                    self._operand_tiles(mA_mkl, dm, self.a_rows))
+                        _, tBgB_e = self._tma_views(tma_b, cluster_coord[0], b_mcast_layout, sB_load,
+                                                    self._operand_tiles(mB_nkl, dn, self.out_tile_n))
+                        if cutlass.const_expr(self.gated):
+                            _, tB2gB_e = self._tma_views(tma_b2, cluster_coord[0], b_mcast_layout, sB_up,
+                                                         self._operand_tiles(mB2_nkl, dn, self.out_tile_n))
+                    tAgA_t = tAgA_e[(None, tile_m, None, l)]
+                    tBgB_t = tBgB_e[(None, tile_n, None, l)]
                     tB2gB_t = None
                     if cutlass.const_expr(self.gated):
-                        tB2gB_t = tB2gB[(None, tile_n, None, l)]
+                        tB2gB_t = tB2gB_e[(None, tile_n, None, l)]
                     for kk in cutlass.range(k_count, unroll=1):
                         k = k_first + kk
                         ab_pipeline.producer_acquire(state)
@@ -313,12 +323,17 @@ class Sm90Gemm(Sm90Launch):
                 cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
+                dm = dn = Int32(0)
+                if cutlass.const_expr(self.cfg.edge):
+                    dm = edge_shift(tile_m, self.cfg.tile_m, extent_m)
+                    dn = edge_shift(tile_n, self.out_tile_n, extent_n)
                 # epilogue operands requested now, used after the mainloop (their latency hides)
-                tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m, tile_n * self.out_tile_n, l, epi_thread)
+                tile_ops = epi_ops.for_tile(tile_m * self.cfg.tile_m + dm, tile_n * self.out_tile_n + dn, l,
+                                            epi_thread)
                 tile_ops.prefetch_residual_l2(epi_thread)
                 res_tiles = None
                 if cutlass.const_expr(res_tma is not None):
-                    res_tiles = res_tma.tile(tile_m, tile_n, l)
+                    res_tiles = res_tma.tile(tile_m, tile_n, l, (dm, dn) if cutlass.const_expr(self.cfg.edge) else None)
                 if cutlass.const_expr(res_tma is not None and self.cfg.splits == 1):
                     # the first residual sub-tiles load while the mainloop runs
                     if is_store_warp:
@@ -395,7 +410,11 @@ class Sm90Gemm(Sm90Launch):
                         if is_store_warp:
                             for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
                                 res_tma.issue(res_tiles, e, epi_count + e)
-                    gC_tile = cute.zipped_divide(gC[(None, None, tile_m, tile_n, l)], self.epi_tile)
+                    gC_e = gC
+                    if cutlass.const_expr(self.cfg.edge):
+                        gC_e = cute.local_tile(cute.domain_offset((dm, dn, 0), mC_mnl),
+                                               (self.cfg.tile_m, self.out_tile_n), (None, None, None))
+                    gC_tile = cute.zipped_divide(gC_e[(None, None, tile_m, tile_n, l)], self.epi_tile)
                     bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
                         tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile)
                     epi_tiles = cute.size(gC_tile, mode=[1])

@@ -172,6 +172,18 @@ class Sm90Launch(SplitKUnits):
             return stage
         return cute.composition(stage, cute.make_layout((self.a_rows, self.cfg.tile_k), stride=(1, self.cfg.tile_m)))
 
+    @staticmethod
+    def _tma_views(tma, cluster_coord, mcast_layout, smem, tiles):
+        """(smem, gmem) TMA views of an operand's tiles ``tiles`` (rows, K, then the tile indices)
+        for this CTA's share of a multicast load into ``smem``'s stages."""
+        return cute.nvgpu.cpasync.tma_partition(
+            tma, cluster_coord, mcast_layout, cute.group_modes(smem, 0, 2), cute.group_modes(tiles, 0, 2))
+
+    def _operand_tiles(self, tensor, shift, rows: int):
+        """The (rows, tile_k) tiles of an operand's TMA view (M or N first, then K and L), their
+        origins moved ``shift`` elements along the first mode (GemmConfig.edge; zero: unmoved)."""
+        return cute.local_tile(cute.domain_offset((shift, 0, 0), tensor), (rows, self.cfg.tile_k), (None, None, None))
+
     def _b_half(self, b_smem_staged):
         """One stage's smem layout of half of B's tile (the first tile_n / 2 rows, K-major): the
         box each of the gated epilogue's two weight loads fills."""

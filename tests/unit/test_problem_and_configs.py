@@ -1,5 +1,7 @@
 """Input rules and config rules (pure Python: no GPU, no DSL)."""
 
+import dataclasses
+
 import pytest
 
 from cutedsl_backend.configs import (
@@ -293,6 +295,23 @@ def test_config_names_round_trip():
             assert GemmConfig.from_name(cfg.name) == cfg
     with pytest.raises(UnsupportedGemmError, match="config name"):
         GemmConfig.from_name("sm90a_cooperative_128x256")
+
+
+def test_edge_aligned_tiles_are_named_keyed_apart_and_sm90a_only():
+    """GemmConfig.edge: its own name and kernel key (the keys of configs without it, and so the
+    disk cache's entries, are what they were before the field), and refused for sm100a by name."""
+    from cutedsl_backend.configs import GemmConfig, check_config
+
+    swap = GemmConfig(64, 160, schedule="pingpong", swap_ab=True)
+    for cfg in (GemmConfig(128, 128, cluster_m=2, splits=2), swap):
+        edge = cfg.replace(edge=True)
+        assert edge.name == cfg.name + "_edge" and GemmConfig.from_name(edge.name) == edge
+        assert edge.key() != cfg.key() and edge.shape != cfg.shape
+    assert GemmConfig(128, 128).key() == dataclasses.astuple(GemmConfig(128, 128))[:-2]
+    assert swap.key() == dataclasses.astuple(swap)[:-1]
+    problem = GemmProblem(448, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
+    with pytest.raises(UnsupportedGemmError, match="edge"):
+        check_config(GemmConfig(128, 128, arch="sm100a", edge=True), problem)
 
 
 def test_tma_residual_buffers_count_against_shared_memory_on_sm90_only():

@@ -1,0 +1,40 @@
+"""Edge-aligned last tiles (GemmConfig.edge) as a dispatch policy: whether the dispatcher's pick
+runs with its last tile along M and N moved back to end at the output's edge. Pure Python.
+
+TMA fills the rows a load reaches past the edge slowly: on the H100 the same kernel took 1.1-1.5x
+longer at token counts whose last tile is partly out of bounds (288 tokens in 160-token swap-AB
+tiles: 27.7 us, against 18.8 us at 320), and within 3% of the full-tile time at 255, 319 and 511
+(one row short). The moved tile loads only rows inside. The policy is off until a GPU has
+measured it against the unmoved tiles (``sweep-shapes --edge-tiles``); the kernels take ``edge``
+as a config either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import GemmConfig
+
+
+@dataclass
+class EdgeTiles:
+    """``enabled``: the dispatcher's picks (configs.default_config: the eager calls and Inductor's
+    per-call dispatch) on sm90a take ``edge`` where the output, as the kernel sees it (swapped for
+    a swap-AB config), has a partial last tile along M or N and more than one tile there (a single
+    tile has nothing before it to overlap). The candidates Inductor autotunes are left as ranked."""
+
+    enabled: bool = False
+
+    def apply(self, cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
+        if not self.enabled or cfg.edge or cfg.arch != "sm90a":
+            return cfg
+        kernel = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
+        # the gated kernel's output is half its problem's N wide, in tiles half the config's
+        halves = 2 if epilogue is not None and getattr(epilogue, "gated", None) else 1
+        partial = any(extent > tile and extent % tile
+                      for extent, tile in ((kernel.m, cfg.tile_m), (kernel.n // halves, cfg.tile_n // halves)))
+        return cfg.replace(edge=True) if partial else cfg
+
+
+# the process's policy (sweep-shapes --edge-tiles turns it on for an A/B run)
+EDGE_TILES = EdgeTiles()

@@ -1,0 +1,106 @@
+"""Edge-aligned last tiles on a Hopper GPU (GemmConfig.edge: the last tile along M and N starts
+where it ends at the output's edge, overlapping the tile before it, so no TMA load is out of
+bounds): numerics against a float64 reference on NaN-poisoned outputs where the last tile is
+partial by 1 row to nearly a whole tile, shorter than a tile, or whole; along M and N, with
+batches, every operand major, clusters (the multicast operand's origin is shared), split-K,
+swap-AB (the tokens along N), fused epilogues with a TMA-loaded and a gathered residual and per-row
+values (bias, FP8 row scales: read at the moved origin), the gated epilogue; bitwise determinism
+and the same bits as the unmoved tiles. Skipped, with the reason, without an sm90 GPU."""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cutedsl_backend as cb  # noqa: E402
+from cutedsl_backend.configs import GemmConfig  # noqa: E402
+from cutedsl_backend.epilogue import reference  # noqa: E402
+from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
+
+from .operands import check_config_over_shapes, check_gated_over_shapes  # noqa: E402
+from .operands import layout_operands as operands  # noqa: E402
+
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
+EDGE = [GemmConfig(128, 128, cluster_m=2, edge=True), GemmConfig(128, 256, cluster_n=2, edge=True),
+        GemmConfig(64, 128, schedule="pingpong", splits=2, edge=True),
+        GemmConfig(64, 160, schedule="pingpong", swap_ab=True, edge=True),
+        GemmConfig(128, 128, cluster_m=2, swap_ab=True, edge=True)]
+# L, M, N, K: the last tile 1 row short, 1 row long, about half, shorter than a tile, whole
+SHAPES = [(1, 255, 264, 520), (1, 449, 1000, 776), (2, 288, 4104, 1024), (1, 40, 200, 264), (3, 256, 512, 256),
+          (1, 1000, 2056, 4096)]
+SEED = 9191
+
+
+@pytest.mark.parametrize("cfg", EDGE, ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+def test_edge_tiles(cfg, dtype, layout):
+    check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED, also_fresh=True)
+
+
+@pytest.mark.parametrize("cfg", [c for c in EDGE if not c.swap_ab], ids=lambda c: c.name)
+def test_edge_tiles_at_an_unaligned_output_width(cfg):
+    """N not a multiple of 8: the moved last tile's store starts at a column whose address is not
+    16-byte aligned (the output goes through the staged buffer, TMA coordinates are elements)."""
+    check_config_over_shapes(cfg, "bfloat16", ("k", "k"), [(1, 449, 1001, 776), (2, 300, 2050, 264)], SEED + 5)
+
+
+@pytest.mark.parametrize("cfg", EDGE, ids=lambda c: c.name)
+def test_edge_tiles_give_the_bits_of_the_unmoved_tiles(cfg):
+    """A row the moved tile computes again is the same sum in the same order: the outputs equal
+    the unmoved config's, bit for bit, call after call."""
+    a, b, _ = operands(1, 449, 1032, 1024, torch.bfloat16, "k", "k", seed=SEED + 1)
+    moved = cb.gemm(a[0], b[0], config=cfg)
+    assert torch.equal(moved, cb.gemm(a[0], b[0], config=cfg.replace(edge=False)))
+    for _ in range(3):
+        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), moved)
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("cfg", [EDGE[0], EDGE[2]], ids=lambda c: c.name)
+@pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
+@pytest.mark.parametrize("bias_kind", ["col", "row"])
+def test_edge_tiles_fused_epilogue(cfg, aligned, bias_kind):
+    L, M, N, K = 2, 200, 456, 264
+    a, b, g = operands(L, M, N, K, torch.bfloat16, "k", "n", seed=SEED + 2)
+    bias = torch.randn(N if bias_kind == "col" else (M, 1), device="cuda", generator=g).to(torch.bfloat16)
+    if aligned:
+        res = torch.randn(L, M, N, device="cuda", generator=g).to(torch.bfloat16)
+    else:
+        res = torch.randn(L, M, N + 1, device="cuda", generator=g).to(torch.bfloat16)[:, :, 1:]
+    out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation="gelu_tanh", alpha=0.5, beta=2.0, config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), alpha=0.5, beta=2.0,
+                    activation="gelu_tanh")
+    m = compare(out, ref, "bfloat16", K, activation="gelu_tanh")
+    assert m["ok"], m
+
+
+@pytest.mark.epilogue("scales")
+@pytest.mark.parametrize("cfg", [EDGE[0], EDGE[2], GemmConfig(128, 160, swap_ab=True, edge=True)],
+                         ids=lambda c: c.name)
+@pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
+def test_edge_tiles_fp8(cfg, kind):
+    M, N, K = 144, 1032, 1024
+    g = torch.Generator(device="cuda").manual_seed(SEED + 3)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
+    if kind == "tensorwise":
+        sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
+    else:
+        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=cfg, out=out)
+    m = compare_fp8(out, (a.double() @ b.double()) * sa.double() * sb.double(), "bfloat16", K)
+    assert m["ok"], m
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 256, cluster_m=2, edge=True),
+                                 GemmConfig(64, 128, schedule="pingpong", splits=2, edge=True)],
+                         ids=lambda c: c.name)
+def test_edge_tiles_gated(cfg):
+    check_gated_over_shapes([(200, 264, 512), (449, 1000, 256), (40, 136, 520)], "silu", "bfloat16", SEED + 4,
+                            config=cfg)
