@@ -134,6 +134,9 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--json", help="write the sweep (rows and summary) here")
     p.add_argument("--no-config-tables", action="store_true",
                    help="rank with the cost models alone (no measured config table): the other half of an A/B")
+    p.add_argument("--cold-weights", action="store_true",
+                   help="time each call on a copy of the weights not in L2 (rotating through enough copies), as "
+                   "a model's forward step reads them; default: the same weights every call (in L2 where they fit)")
     p.add_argument("--edge-tiles", action="store_true",
                    help="run the picks with their last tiles moved back to the output's edge where partial "
                    "(GemmConfig.edge; configs.edge): the other half of that A/B")
@@ -161,7 +164,8 @@ def _sweep_shapes(args, p) -> int:
             p.error(f"--ms: token counts are comma-separated integers, not {args.ms!r}")
         if min(ms) < 1:
             p.error("--ms: token counts must be positive")
-    perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=lambda part: write_json(args.json, part), ms=ms)
+    perf = run_sweep(args.tag, args.dtypes.split(","), checkpoint=lambda part: write_json(args.json, part), ms=ms,
+                     cold=args.cold_weights)
     write_json(args.json, perf)
     print("\n".join(perf_markdown(perf)))
     return 0

@@ -148,13 +148,26 @@ class DecodeModel:
 
 
 DECODE_MODEL = DecodeModel()
+# precise FP8 (e4m3, every k-tile added in fp32): also tiles 32 and 160 wide, the 16-bit rates.
+# On the H100's FP8 few-token sweep (`tune --fp8-decode-ms 16,32,64`: 29 projections x M = 16,
+# 32, 64, every candidate timed against torch._scaled_mm) the picks went from 0.988x to 1.013x in
+# geomean (the best candidate per shape 1.026x): 32-wide tiles without a K split where K is at
+# most ~4k (4096x4096: 0.85 -> 0.96-1.05), 160-wide ones on the widest weights (57344: 1.02-1.04
+# -> 1.08-1.10); with the projections split in halves, each held-out half gained (0.977 -> 1.011,
+# 0.999 -> 1.015). Where K is 8-19k some 32-wide picks lose to the 64-wide split ones (up to
+# 0.11). The 16-bit sweep's picks would lose with these widths (1.001 -> 0.980): 16-bit keeps its own.
+FP8_DECODE_MODEL = DecodeModel(widths=(32, 64, 96, 128, 160, 192, 256))
+# the operand classes (operand_class) whose few-token choice a model other than DECODE_MODEL makes
+DECODE_MODELS = {"fp8_precise": FP8_DECODE_MODEL}
 
 
 def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
-                  model: DecodeModel = DECODE_MODEL) -> Optional[GemmConfig]:
+                  model: Optional[DecodeModel] = None) -> Optional[GemmConfig]:
     """sm90a, M <= model.max_m: the ping-pong 64-row tile whose width and K slices (split-K) the
-    :class:`DecodeModel` ranks fastest, loading only the first 16 or 32 rows of a K-major A when M
-    fits in them; None elsewhere (and where nothing fits the problem and ``epilogue``)."""
+    :class:`DecodeModel` (``model``, else the operand class's in ``DECODE_MODELS``, else
+    DECODE_MODEL) ranks fastest, loading only the first 16 or 32 rows of a K-major A when M fits
+    in them; None elsewhere (and where nothing fits the problem and ``epilogue``)."""
+    model = model or DECODE_MODELS.get(operand_class(problem) or "", DECODE_MODEL)
     if problem.arch != "sm90a" or problem.m > model.max_m:
         return None
     a_rows = decode_a_rows(problem)

@@ -94,8 +94,21 @@ def alternate(ours: Callable[[], float], peer: Callable[[], float], rounds: int 
             "rounds_ours_ms": t_ours, "rounds_peer_ms": t_peer}
 
 
-def _operands(dtype: str, m: int, n: int, k: int, seed: int):
-    """(ours, peer, reference, out, out_dtype) for one cell: nn.Linear-style B = W^T (K-major)."""
+def weight_copies(weight_bytes: int, l2_bytes: int, cold: bool) -> int:
+    """How many copies of a cell's weights its timing rotates through. Hot (1): the same weights
+    call after call, which stay in L2 where they fit (a benchmark loop's regime). Cold: enough
+    copies that between two uses of one the others stream more than twice the L2 through it, so
+    every call reads its weights from HBM, as a model's forward step does (each layer's weights
+    once per step); at most 32."""
+    if not cold or weight_bytes >= 2 * l2_bytes:
+        return 1
+    return min(32, math.ceil(2 * l2_bytes / weight_bytes) + 1)
+
+
+def _operands(dtype: str, m: int, n: int, k: int, seed: int, copies: int = 1):
+    """(ours, peer, reference, out, out_dtype) for one cell: nn.Linear-style B = W^T (K-major).
+    ``ours`` and ``peer`` take the index of the weights' copy to use (``copies`` of them, the same
+    values; the reference is the product with any)."""
     import torch
 
     import cutedsl_backend as cb
@@ -106,28 +119,32 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int):
         half = n // 2
         a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         w = (torch.randn(n, k, device="cuda", generator=g) * k ** -0.5).to(torch.bfloat16)
+        ws = [w] + [w.clone() for _ in range(copies - 1)]
         out = torch.empty(m, half, device="cuda", dtype=torch.bfloat16)
         h = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         peer_out = torch.empty_like(out)
 
-        def peer():
-            torch.matmul(a, w.t(), out=h)
+        def peer(r=0):
+            torch.matmul(a, ws[r].t(), out=h)
             torch.mul(torch.nn.functional.silu(h[:, :half]), h[:, half:], out=peer_out)
 
         g64 = a.double() @ w[:half].double().t()
         ref = torch.nn.functional.silu(g64) * (a.double() @ w[half:].double().t())
-        return (lambda: cb.gemm_gated(a, w_gate_up=w, out=out), peer, ref, out, "bfloat16")
+        return (lambda r=0: cb.gemm_gated(a, w_gate_up=ws[r], out=out), peer, ref, out, "bfloat16")
     if not dtype.startswith("fp8"):
         dt = getattr(torch, dtype)
         a = torch.randn(m, k, device="cuda", generator=g).to(dt)
-        b = torch.randn(n, k, device="cuda", generator=g).to(dt).t()
+        w = torch.randn(n, k, device="cuda", generator=g).to(dt)
+        bs = [w.t()] + [w.clone().t() for _ in range(copies - 1)]
         out = torch.empty(m, n, device="cuda", dtype=dt)
         peer_out = torch.empty_like(out)
-        ref = a.double() @ b.double()
-        return (lambda: cb.gemm(a, b, out=out), lambda: torch.matmul(a, b, out=peer_out), ref, out, dtype)
+        ref = a.double() @ bs[0].double()
+        return (lambda r=0: cb.gemm(a, bs[r], out=out), lambda r=0: torch.matmul(a, bs[r], out=peer_out), ref, out,
+                dtype)
     f8 = torch.float8_e4m3fn
     a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(f8)
-    b = (torch.randn(n, k, device="cuda", generator=g) * 2).to(f8).t()
+    w = (torch.randn(n, k, device="cuda", generator=g) * 2).to(f8)
+    bs = [w.t()] + [w.clone().t() for _ in range(copies - 1)]
     if dtype == "fp8_tensorwise":
         sa = torch.rand((), device="cuda", generator=g) + 0.5
         sb = torch.rand((), device="cuda", generator=g) + 0.5
@@ -135,23 +152,31 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int):
         sa = torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01
         sb = torch.rand(1, n, device="cuda", generator=g) / 16 + 0.01
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    ref = (a.double() @ b.double()) * sa.double() * sb.double()
-    return (lambda: cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, out=out),
-            lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), ref, out, "bfloat16")
+    ref = (a.double() @ bs[0].double()) * sa.double() * sb.double()
+    return (lambda r=0: cb.scaled_mm(a, bs[r], sa, sb, out_dtype=torch.bfloat16, out=out),
+            lambda r=0: torch._scaled_mm(a, bs[r], sa, sb, out_dtype=torch.bfloat16), ref, out, "bfloat16")
 
 
-def run_cell(dtype: str, proj, m: int) -> dict:
-    """One cell: correctness first, then the alternated timing; a result row of the report."""
+def _per_call(timer, copies: int):
+    """A timer of one call from a timer of ``copies`` calls (one per weights' copy)."""
+    return lambda: timer() / copies
+
+
+def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
+    """One cell: correctness first, then the alternated timing (``cold``: rotating through copies
+    of the weights, see :func:`weight_copies`); a result row of the report."""
     import torch
 
     from .tolerances import GATED_TERMS, compare, compare_fp8
 
     n, k = proj.n, proj.k
+    copies = weight_copies(n * k * (1 if dtype.startswith("fp8") else 2),
+                           torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size, cold)
     row = {"id": cell_id(dtype, m, n, k), "gate": "perf", "cell": {"arch": "sm90a", "dtype": dtype},
            "dtype": dtype, "model": proj.model, "projection": proj.name, "m": m, "n": n, "k": k,
-           "shape": f"{m}x{n}x{k}", "seed": cell_seed(dtype, n, k, m)}
+           "shape": f"{m}x{n}x{k}", "seed": cell_seed(dtype, n, k, m), "weight_copies": copies}
     try:
-        ours, peer, ref, out, out_dtype = _operands(dtype, m, n, k, row["seed"])
+        ours, peer, ref, out, out_dtype = _operands(dtype, m, n, k, row["seed"], copies)
         out.fill_(float("nan"))
         ours()
         torch.cuda.synchronize()
@@ -164,7 +189,8 @@ def run_cell(dtype: str, proj, m: int) -> dict:
         del ref
         row["correct"] = bool(check["ok"])
         row["rel_l2"] = check["rel_l2"]
-        timing = alternate(_graph_ms(ours), _graph_ms(peer))
+        timing = alternate(*(_per_call(_graph_ms(lambda f=f: [f(r) for r in range(copies)]), copies)
+                             for f in (ours, peer)))
     except Exception as e:  # a cell that cannot run fails with the reason, the sweep goes on
         return {**row, "status": "fail", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
     moved = operand_bytes(m, n, k, dtype)
@@ -248,10 +274,12 @@ def summarize(rows: list) -> dict:
 
 
 def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = print,
-              checkpoint: Optional[Callable[[dict], None]] = None, ms: Optional[tuple] = None) -> dict:
+              checkpoint: Optional[Callable[[dict], None]] = None, ms: Optional[tuple] = None,
+              cold: bool = False) -> dict:
     """Every cell of ``tag`` on this GPU (at the token counts ``ms`` instead of the tag's, if
     given); the perf section of the validation report. ``checkpoint`` receives the sweep so far
-    every 25 cells (a long run keeps what it measured)."""
+    every 25 cells (a long run keeps what it measured). ``cold``: each call reads its weights from
+    HBM (:func:`weight_copies`); default: the same weights call after call (in L2 where they fit)."""
     import torch
 
     cells = sweep_cells(tag, tuple(dtypes or SWEEP_DTYPES), ms=ms)
@@ -265,13 +293,15 @@ def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = prin
                 "timing": f"CUDA-graph replay, ours and the peer alternated in {ROUNDS} rounds (more, up to "
                           f"{ROUNDS * (1 + EXTRA_ROUND_SETS)}, where their ratios spread over "
                           f"{MAX_ROUND_SPREAD:.2f}x), median of the "
-                          "per-round ratios", "hbm_tbps": HBM_TBPS.get(name), "device": name,
+                          "per-round ratios" + ("; weights cold (each call reads a copy not in L2)" if cold
+                                                else "; weights hot (the same copy every call)"),
+                "weights": "cold" if cold else "hot", "hbm_tbps": HBM_TBPS.get(name), "device": name,
                 "cells_planned": len(cells)}
 
     t0 = time.time()
     rows: list = []
     for i, (dtype, proj, m) in enumerate(cells, 1):
-        rows.append(run_cell(dtype, proj, m))
+        rows.append(run_cell(dtype, proj, m, cold))
         torch.cuda.empty_cache()
         if i % 25 == 0 or i == len(cells):
             if log:

@@ -196,3 +196,17 @@ def test_the_standard_tag_measures_between_the_tables_points():
     measured = {m for key in ("ms", "swap_ms", "fp8_ms", "fp8_swap_ms") for m in defaults[key]}
     between = [m for m in ms.M_STANDARD if min(measured) < m < max(measured) and m not in measured]
     assert len(between) >= 5, between
+
+
+def test_cold_weights_rotate_through_copies_that_overflow_the_l2():
+    """--cold-weights: enough copies that the others stream over twice the L2 between two uses of
+    one (each call reads HBM); weights that alone overflow twice the L2, and hot timing, use one."""
+    from cutedsl_backend.validation.shape_sweep import weight_copies
+
+    l2 = 50 * 2**20
+    assert weight_copies(4096 * 4096 * 2, l2, cold=False) == 1
+    for nbytes in (576 * 7168, 4096 * 4096, 4096 * 4096 * 2, 14336 * 4096):
+        r = weight_copies(nbytes, l2, cold=True)
+        assert (r - 1) * nbytes > 2 * l2 and r <= 32, (nbytes, r)
+    assert weight_copies(28672 * 4096 * 2, l2, cold=True) == 1  # 235 MB: HBM anyway
+    assert weight_copies(1024, l2, cold=True) == 32  # a tiny weight: capped

@@ -106,6 +106,22 @@ def test_decode_choice_splits_narrow_weights_and_not_wide_ones():
     assert t(prob(16, 4096, 8192), 64, 1, 132) > t(p, 64, 1, 132)
 
 
+def test_fp8_decode_choice_takes_32_and_160_wide_tiles_and_16_bit_keeps_its_widths():
+    """Precise FP8 ranks 32- and 160-wide tiles too (configs.FP8_DECODE_MODEL, from the H100's FP8
+    few-token sweep): 128 tiles of 32 without a K split on a 4096-wide projection, 160-wide tiles on
+    the widest weights; 16-bit operands keep DECODE_MODEL's widths (where those lost the sweep)."""
+    from cutedsl_backend.configs.ranking import DECODE_MODELS, FP8_DECODE_MODEL
+
+    fp8 = "float8_e4m3fn"
+    assert DECODE_MODELS["fp8_precise"] is FP8_DECODE_MODEL and {32, 160} <= set(FP8_DECODE_MODEL.widths)
+    narrow = decode_choice(prob(16, 4096, 4096, dtype=fp8))
+    assert (narrow.tile_n, narrow.splits) == (32, 1)
+    assert decode_choice(prob(16, 57344, 8192, dtype=fp8)).tile_n == 160
+    sixteen = decode_choice(prob(16, 4096, 4096))
+    assert sixteen.tile_n in DECODE_MODEL.widths and sixteen.tile_n != 32
+    assert decode_choice(prob(16, 4096, 4096), model=FP8_DECODE_MODEL).tile_n == 32  # an explicit model
+
+
 def test_decode_choice_respects_the_epilogue():
     spec = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True, bias="col",
                         bias_dtype="bfloat16", activation="silu")
