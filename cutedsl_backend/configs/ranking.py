@@ -407,7 +407,11 @@ class SwapModel:
 # new pick it timed went from 0.902x to 1.039x. Above 128 tokens a 96-token tile runs at the narrow
 # rate: at 160 tokens the sweep's fastest were 160-token tiles, and no 16-bit sweep timed 96-token
 # tiles at 161-192 tokens, where the picks are at 0.99x.
-SWAP_MODEL = SwapModel(min_m=96, exact_widths=(96, 160), full_rate_from=96, full_rate_tokens=(96, 128))
+# Up to 320 tokens (two 160-token tiles): on the H100's sweeps at 320 tokens (`tune`: the mid-size
+# and swap-AB spaces, 29 projections) the mid-size picks measured 0.805x cuBLAS and this model's,
+# with 320 in its domain, 1.022x (26 shapes gain, 3 lose up to 0.30; the best candidate per shape
+# 1.071x). Between 257 and 319 tokens its tiles' last one is partial (configs.edge).
+SWAP_MODEL = SwapModel(min_m=96, max_m=320, exact_widths=(96, 160), full_rate_from=96, full_rate_tokens=(96, 128))
 # precise FP8 (e4m3, every k-tile added in fp32; bf16 out; scalar scales), the 16-bit model's rates,
 # not refitted. Replayed on the H100's fp8 swap sweep (`sweep-decode --space swap --dtype
 # fp8_tensorwise --ms 128` and `192`, 29 projections of 8 models; each row times every swap

@@ -137,7 +137,7 @@ def test_dispatched_fp8_swap_ab(m):
 
 
 @pytest.mark.epilogue("fused")
-@pytest.mark.parametrize("m", [128, 150, 192, 229])
+@pytest.mark.parametrize("m", [128, 150, 192, 229, 288, 320])
 def test_dispatched_swap_ab(m):
     """The dispatcher's own swap-AB picks (config=None, nn.Linear layout) over token counts that are
     not tile multiples, plain and with bias + activation, and the fallback to an unswapped config

@@ -155,8 +155,10 @@ def test_swap_dispatch_where_measured():
         check_config(cfg, p.swapped())
     # 256x6144x4096: the mid pick (0.943x) stays (best swap measured 0.933x)
     assert not default_config(_linear(256, 6144, 4096)).swap_ab
+    # up to 320 tokens (two 160-token tiles; H100 sweep at 320: 4096x4096 0.70x -> 1.08x)
+    assert default_config(_linear(320, 4096, 4096)) == GemmConfig(64, 160, schedule="pingpong", swap_ab=True)
     # outside the measured domain: never swapped
-    for p in (_linear(64, 4096, 14336), _linear(257, 4096, 14336), _linear(192, 4096, 14336, batch=2),
+    for p in (_linear(64, 4096, 14336), _linear(321, 4096, 14336), _linear(192, 4096, 14336, batch=2),
               _linear(192, 4096, 14336, a_major="m"), _linear(192, 4096, 14336, b_major="n"),
               _linear(192, 4096, 14336, arch="sm100a"), _linear(192, 4100, 14336), _linear(192, 4097, 14336),
               _linear(192, 4096, 14336, out="float32"),  # (fp32 out: not measured)
