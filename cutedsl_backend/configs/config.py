@@ -129,9 +129,9 @@ def natural_tile_k(dtype: str) -> int:
 DECODE_MAX_M = 64
 
 
-def decode_a_rows(problem) -> int:
-    """The rows of A a few-token config loads for ``problem`` (GemmConfig.a_rows): 16 up to 16
-    tokens, 32 up to 32 (K-major A only), else the whole 64-row tile (0)."""
-    if problem.a_major != "k" or problem.m > 32:
+def decode_a_rows(m: int, a_major: str = "k") -> int:
+    """The rows of A a few-token config loads for ``m`` tokens (GemmConfig.a_rows): 16 up to 16
+    tokens, 32 up to 32 (a K-major A only), else the whole 64-row tile (0)."""
+    if a_major != "k" or m > 32:
         return 0
-    return 16 if problem.m <= 16 else 32
+    return 16 if m <= 16 else 32

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import GemmConfig
+from .rules import kernel_view
 
 
 @dataclass
@@ -28,7 +29,7 @@ class EdgeTiles:
     def apply(self, cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
         if not self.enabled or cfg.edge or cfg.arch != "sm90a":
             return cfg
-        kernel = problem.swapped() if cfg.swap_ab and problem.c_major == "n" else problem
+        kernel, _ = kernel_view(problem, cfg, None)
         # the gated kernel's output is half its problem's N wide, in tiles half the config's
         halves = 2 if epilogue is not None and getattr(epilogue, "gated", None) else 1
         partial = any(extent > tile and extent % tile

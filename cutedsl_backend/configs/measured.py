@@ -72,8 +72,8 @@ def same_decode_work(entry: MeasuredEntry, problem: GemmProblem) -> bool:
     cfg = entry.config
     if cfg is None or cfg.swap_ab or cfg.tile_m != 64 or entry.m > DECODE_MAX_M:
         return False
-    return (entry.m <= (cfg.a_rows or cfg.tile_m) and cfg.a_rows == decode_a_rows(problem)
-            == decode_a_rows(GemmProblem(entry.m, problem.n, problem.k, a_major=problem.a_major)))
+    return (entry.m <= (cfg.a_rows or cfg.tile_m)
+            and cfg.a_rows == decode_a_rows(problem.m, problem.a_major) == decode_a_rows(entry.m, problem.a_major))
 
 
 @dataclass(frozen=True)

@@ -121,10 +121,11 @@ class DecodeModel:
     splits: tuple = (1, 2, 3, 4, 6, 8)
     a_rows: tuple = (16, 32, 0)
 
-    def candidates(self, arch: str = "sm90a") -> list:
-        """Ping-pong 64-row tiles of each width x K slices x A loads of 16 / 32 / all rows."""
+    def candidates(self, arch: str = "sm90a", widths: Optional[tuple] = None) -> list:
+        """Ping-pong 64-row tiles of each width (``widths``, else the model's) x K slices x A loads
+        of 16 / 32 / all rows."""
         return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
-                for tn in self.widths for s in self.splits for r in self.a_rows]
+                for tn in widths or self.widths for s in self.splits for r in self.a_rows]
 
     def sweep_candidates(self, arch: str = "sm90a") -> list:
         """What the tuning sweep (``sweep-decode --space decode``) times for the measured tables:
@@ -132,8 +133,7 @@ class DecodeModel:
         128 tiles without a K split (its reduction costs ``split_us``), a 160-wide one splits
         widths such as 57344 into whole waves; the model ranks :meth:`candidates` only (these
         widths are unmeasured where no table is)."""
-        return [GemmConfig(64, tn, schedule="pingpong", splits=s, a_rows=r, arch=arch)
-                for tn in sorted({32, 160, *self.widths}) for s in self.splits for r in self.a_rows]
+        return self.candidates(arch, tuple(sorted({32, 160, *self.widths})))
 
     def time_us(self, problem: GemmProblem, tile_n: int, splits: int, num_sms: int) -> float:
         elem = dtype_bits(problem.dtype) / 8
@@ -170,7 +170,7 @@ def decode_choice(problem: GemmProblem, num_sms: int = 132, epilogue=None,
     model = model or DECODE_MODELS.get(operand_class(problem) or "", DECODE_MODEL)
     if problem.arch != "sm90a" or problem.m > model.max_m:
         return None
-    a_rows = decode_a_rows(problem)
+    a_rows = decode_a_rows(problem.m, problem.a_major)
     mine = [c for c in model.candidates() if c.a_rows == a_rows]
     ranked = sorted(mine, key=lambda c: (model.time_us(problem, c.tile_n, c.splits, num_sms), c.tile_n, c.splits))
     return next((c for c in ranked if fits(c, problem, epilogue)), None)

@@ -341,8 +341,7 @@ def residual_tma(tma, m_res, s_res, bars, dtype, layout, tiled_copy_c_atom, thre
         tma=tma, s_res=s_res, bars=bars, epi_tile=epi_tile, first=first_buffer, s2r=s2r,
         bytes=cute.size_in_bytes(dtype, cute.slice_(s_res, (None, None, 0))),
         tSR_s=thr.partition_S(s_res), regs=regs, tSR_r=s2r.retile(regs), frag_shape=frag_shape,
-        sub_tiles=(tile_mn[0] // epi_tile[0]) * (tile_mn[1] // epi_tile[1]),
-        g_res=cute.local_tile(m_res, tile_mn, (None, None, None)), m_res=m_res, tile_mn=tile_mn)
+        sub_tiles=(tile_mn[0] // epi_tile[0]) * (tile_mn[1] // epi_tile[1]), m_res=m_res, tile_mn=tile_mn)
 
 
 @dataclass(frozen=True)
@@ -367,16 +366,14 @@ class ResidualTma:
     tSR_r: object
     frag_shape: object
     sub_tiles: int
-    g_res: object
     m_res: object
     tile_mn: tuple
 
     def tile(self, tile_m, tile_n, batch, shift=None):
         """The TMA views of one output tile's residual, split into epilogue sub-tiles; ``shift``:
         (rows, columns) the tile's origin moved (GemmConfig.edge), None: not moved."""
-        g_res = self.g_res
-        if cutlass.const_expr(shift is not None):
-            g_res = cute.local_tile(cute.domain_offset((*shift, 0), self.m_res), self.tile_mn, (None, None, None))
+        m_res = self.m_res if cutlass.const_expr(shift is None) else cute.domain_offset((*shift, 0), self.m_res)
+        g_res = cute.local_tile(m_res, self.tile_mn, (None, None, None))
         g_tile = cute.zipped_divide(g_res[(None, None, tile_m, tile_n, batch)], self.epi_tile)
         s_part, g_part = cute.nvgpu.cpasync.tma_partition(
             self.tma, 0, cute.make_layout(1), cute.group_modes(self.s_res, 0, 2), g_tile)

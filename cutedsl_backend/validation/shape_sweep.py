@@ -119,7 +119,7 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int, copies: int = 1):
         half = n // 2
         a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         w = (torch.randn(n, k, device="cuda", generator=g) * k ** -0.5).to(torch.bfloat16)
-        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        ws = _copies(w, copies)
         out = torch.empty(m, half, device="cuda", dtype=torch.bfloat16)
         h = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         peer_out = torch.empty_like(out)
@@ -135,7 +135,7 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int, copies: int = 1):
         dt = getattr(torch, dtype)
         a = torch.randn(m, k, device="cuda", generator=g).to(dt)
         w = torch.randn(n, k, device="cuda", generator=g).to(dt)
-        bs = [w.t()] + [w.clone().t() for _ in range(copies - 1)]
+        bs = [c.t() for c in _copies(w, copies)]
         out = torch.empty(m, n, device="cuda", dtype=dt)
         peer_out = torch.empty_like(out)
         ref = a.double() @ bs[0].double()
@@ -144,7 +144,7 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int, copies: int = 1):
     f8 = torch.float8_e4m3fn
     a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(f8)
     w = (torch.randn(n, k, device="cuda", generator=g) * 2).to(f8)
-    bs = [w.t()] + [w.clone().t() for _ in range(copies - 1)]
+    bs = [c.t() for c in _copies(w, copies)]
     if dtype == "fp8_tensorwise":
         sa = torch.rand((), device="cuda", generator=g) + 0.5
         sb = torch.rand((), device="cuda", generator=g) + 0.5
@@ -155,6 +155,11 @@ def _operands(dtype: str, m: int, n: int, k: int, seed: int, copies: int = 1):
     ref = (a.double() @ bs[0].double()) * sa.double() * sb.double()
     return (lambda r=0: cb.scaled_mm(a, bs[r], sa, sb, out_dtype=torch.bfloat16, out=out),
             lambda r=0: torch._scaled_mm(a, bs[r], sa, sb, out_dtype=torch.bfloat16), ref, out, "bfloat16")
+
+
+def _copies(w, copies: int) -> list:
+    """``w`` and ``copies - 1`` clones of it (the cold-weight timing's rotation)."""
+    return [w] + [w.clone() for _ in range(copies - 1)]
 
 
 def _per_call(timer, copies: int):

@@ -300,7 +300,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             for c in cands + [c for c in dict.fromkeys(extra) if c not in cands]:
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
-                if space == "decode" and c not in extra and c.a_rows != decode_a_rows(problem):
+                if space == "decode" and c not in extra and c.a_rows != decode_a_rows(m):
                     continue  # loading more rows of A than M needs only adds traffic
                 o.fill_(float("nan"))  # an element the candidate does not write fails the check
                 try:

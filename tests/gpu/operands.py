@@ -35,6 +35,53 @@ def check_config_over_shapes(cfg, dtype: str, layout, shapes, seed, also_fresh=F
             assert torch.equal(cb.gemm(a, b, config=cfg), out), (L, M, N, K)
 
 
+def check_fused_epilogue(cfg, shape, seed, aligned: bool, activation: str = "gelu_tanh", bias_kind: str = "col"):
+    """``gemm(a, b, bias=, residual=, activation=, alpha=0.5, beta=2.0, config=cfg)`` on (L, M, N,
+    K) ``shape`` (bf16, A row-major, B row-major) into a NaN-poisoned ``out``, against float64:
+    a bias per column (``bias_kind`` "col") or per row ("row"), a residual that is TMA-loadable
+    (``aligned``) or gathered (rows at a 2-byte offset)."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.epilogue import reference
+    from cutedsl_backend.validation.tolerances import compare
+
+    L, M, N, K = shape
+    a, b, g = layout_operands(L, M, N, K, torch.bfloat16, "k", "n", seed=seed)
+    bias = torch.randn(N if bias_kind == "col" else (M, 1), device="cuda", generator=g).to(torch.bfloat16)
+    if aligned:
+        res = torch.randn(L, M, N, device="cuda", generator=g).to(torch.bfloat16)
+    else:
+        res = torch.randn(L, M, N + 1, device="cuda", generator=g).to(torch.bfloat16)[:, :, 1:]
+    out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation=activation, alpha=0.5, beta=2.0, config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), alpha=0.5, beta=2.0,
+                    activation=activation)
+    m = compare(out, ref, "bfloat16", K, activation=activation)
+    assert m["ok"], m
+
+
+def check_scaled_mm(cfg, kind: str, shape, seed, fast: bool = False):
+    """``scaled_mm`` of e4m3 operands (M, N, K ``shape``; B column-major, as torch._scaled_mm
+    takes it) with ``kind`` scales ("tensorwise": scalars, "rowwise": per row of A and column of
+    B) into a NaN-poisoned bf16 ``out``, ``fast`` accumulation or not, against float64."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation.tolerances import compare_fp8
+
+    M, N, K = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
+    if kind == "tensorwise":
+        sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
+    else:
+        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
+        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)
+    ref = (a.double() @ b.double()) * sa.double() * sb.double()
+    m = compare_fp8(out, ref, "bfloat16", K, fast_accum=fast)
+    assert m["ok"], m
+
+
 def gated_operands(m, n, k, dtype, seed):
     """a (m, k) and nn.Linear-shaped gate and up weights (n, k), scaled so the product is O(1)."""
     g = torch.Generator(device="cuda").manual_seed(seed)

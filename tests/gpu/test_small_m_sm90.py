@@ -11,10 +11,8 @@ torch = pytest.importorskip("torch")
 
 import cutedsl_backend as cb  # noqa: E402
 from cutedsl_backend.configs import GemmConfig  # noqa: E402
-from cutedsl_backend.epilogue import reference  # noqa: E402
-from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import check_config_over_shapes  # noqa: E402
+from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -36,40 +34,14 @@ def test_narrow_tiles(cfg, dtype, layout):
 @pytest.mark.parametrize("cfg", NARROW[:2], ids=lambda c: c.name)
 @pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
 def test_narrow_tiles_fused_epilogue(cfg, aligned):
-    L, M, N, K = 2, 24, 456, 264
-    a, b, g = operands(L, M, N, K, torch.bfloat16, "k", "n", seed=SEED)
-    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
-    if aligned:
-        res = torch.randn(L, M, N, device="cuda", generator=g).to(torch.bfloat16)
-    else:
-        res = torch.randn(L, M, N + 1, device="cuda", generator=g).to(torch.bfloat16)[:, :, 1:]
-    out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, bias=bias, residual=res, activation="gelu_tanh", alpha=0.5, beta=2.0, config=cfg, out=out)
-    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), alpha=0.5, beta=2.0,
-                    activation="gelu_tanh")
-    m = compare(out, ref, "bfloat16", K, activation="gelu_tanh")
-    assert m["ok"], m
+    check_fused_epilogue(cfg, (2, 24, 456, 264), SEED, aligned)
 
 
 @pytest.mark.epilogue("scales")
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "precise"])
 def test_narrow_tiles_fp8(kind, fast):
-    M, N, K = 16, 1032, 1024
-    g = torch.Generator(device="cuda").manual_seed(SEED)
-    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
-    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
-    if kind == "tensorwise":
-        sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
-    else:
-        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
-        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast,
-                 config=GemmConfig(64, 32, schedule="pingpong"), out=out)
-    ref = (a.double() @ b.double()) * sa.double() * sb.double()
-    m = compare_fp8(out, ref, "bfloat16", K, fast_accum=fast)
-    assert m["ok"], m
+    check_scaled_mm(GemmConfig(64, 32, schedule="pingpong"), kind, (16, 1032, 1024), SEED, fast)
 
 
 def test_bitwise_deterministic():

@@ -17,7 +17,7 @@ from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.bench import graph_of  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import check_config_over_shapes  # noqa: E402
+from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -50,19 +50,7 @@ def test_split_k_fp32_out(cfg):
 @pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu", "relu"])
 def test_split_k_fused_epilogue(cfg, aligned, activation):
-    L, M, N, K = 2, 24, 456, 1064
-    a, b, g = operands(L, M, N, K, torch.bfloat16, "k", "n", seed=SEED)
-    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
-    if aligned:
-        res = torch.randn(L, M, N, device="cuda", generator=g).to(torch.bfloat16)
-    else:
-        res = torch.randn(L, M, N + 1, device="cuda", generator=g).to(torch.bfloat16)[:, :, 1:]
-    out = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, bias=bias, residual=res, activation=activation, alpha=0.5, beta=2.0, config=cfg, out=out)
-    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), alpha=0.5, beta=2.0,
-                    activation=activation)
-    m = compare(out, ref, "bfloat16", K, activation=activation)
-    assert m["ok"], m
+    check_fused_epilogue(cfg, (2, 24, 456, 1064), SEED, aligned, activation)
 
 
 @pytest.mark.epilogue("fused")
@@ -82,20 +70,7 @@ def test_split_k_row_bias():
 @pytest.mark.parametrize("cfg", [GemmConfig(64, 32, schedule="pingpong", splits=4),
                                  GemmConfig(128, 128, schedule="cooperative", splits=3)], ids=lambda c: c.name)
 def test_split_k_fp8(kind, fast, cfg):
-    M, N, K = 16, 1032, 3072
-    g = torch.Generator(device="cuda").manual_seed(SEED)
-    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
-    b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
-    if kind == "tensorwise":
-        sa, sb = torch.rand((), device="cuda", generator=g) + 0.5, torch.rand((), device="cuda", generator=g) + 0.5
-    else:
-        sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
-        sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)
-    ref = (a.double() @ b.double()) * sa.double() * sb.double()
-    m = compare_fp8(out, ref, "bfloat16", K, fast_accum=fast)
-    assert m["ok"], m
+    check_scaled_mm(cfg, kind, (16, 1032, 3072), SEED, fast)
 
 
 def test_split_k_bitwise_deterministic():
