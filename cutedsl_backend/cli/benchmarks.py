@@ -137,9 +137,9 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--cold-weights", action="store_true",
                    help="time each call on a copy of the weights not in L2 (rotating through enough copies), as "
                    "a model's forward step reads them; default: the same weights every call (in L2 where they fit)")
-    p.add_argument("--edge-tiles", action="store_true",
-                   help="run the picks with their last tiles moved back to the output's edge where partial "
-                   "(GemmConfig.edge; configs.edge): the other half of that A/B")
+    p.add_argument("--no-edge-tiles", action="store_true",
+                   help="run the picks with their last tiles where the grid puts them, partly past the output's "
+                   "edge (default: moved back to end at it, GemmConfig.edge; configs.edge): the other half of that A/B")
     p.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,768,1536 "
                    "between the measured tables' points, for an out-of-sample A/B)")
 
@@ -152,10 +152,10 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.measured import MEASURED
 
         MEASURED.enabled = False
-    if args.edge_tiles:
+    if args.no_edge_tiles:
         from ..configs.edge import EDGE_TILES
 
-        EDGE_TILES.enabled = True
+        EDGE_TILES.enabled = False
     ms = None
     if args.ms:
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from ..problem import GemmProblem, UnsupportedGemmError
+from ..problem import ALIGN_BYTES, GemmProblem, UnsupportedGemmError, dtype_bits
 from .config import MAX_SPLITS, RASTERS, SCHEDULES, GemmConfig, natural_tile_k
 from .families import epilogue_smem_bytes, family, max_stages
 from .resources import EPI_TILE_N, SMEM_RESERVED, smem_bytes_per_stage, split_k_workspace
@@ -53,8 +53,19 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError(f"swap_ab: not implemented for {cfg.arch}")
         if epilogue is not None and (epilogue.residual or epilogue.gated):
             raise UnsupportedGemmError("swap_ab: takes no residual and no gated epilogue (its output is transposed)")
-    if cfg.edge and cfg.arch != "sm90a":
-        raise UnsupportedGemmError(f"edge: edge-aligned last tiles are implemented for sm90a only, not {cfg.arch}")
+    if cfg.edge:
+        if cfg.arch != "sm90a":
+            raise UnsupportedGemmError(f"edge: edge-aligned last tiles are implemented for sm90a only, not {cfg.arch}")
+        # the moved last tile's TMA store starts where the edge puts it: along the output's
+        # contiguous dimension that must be a whole 16-byte unit (on an H100 an output of 1001
+        # columns, the last tile moved back by 23, faulted with an illegal instruction)
+        out_n = problem.n // 2 if epilogue is not None and getattr(epilogue, "gated", None) else problem.n
+        lead = out_n if problem.c_major == "n" else problem.m
+        unit = ALIGN_BYTES * 8 // dtype_bits(problem.out_dtype)
+        if lead % unit:
+            raise UnsupportedGemmError(
+                f"edge: the output's contiguous extent ({lead}) must be a multiple of {unit} elements (16 bytes) "
+                "to move its last tile back to the edge")
     if cfg.splits > 1:
         if not fam.split_k:
             raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from ..configs import GemmConfig, rank_configs
+from ..configs.edge import EDGE_TILES
 from ..epilogue import EpilogueSpec
 from ..problem import (  # noqa: F401  (Operand and Sizes: this module's callers use them from here)
     ALIGN_BYTES,
@@ -53,19 +54,26 @@ class Offer:
         """(problem, config) of each config the per-call dispatcher picks over the token range (M
         from 1 to 16384 at the hint's N, K and batch, and each token count a measured config table
         holds for the projection): the kernels worth compiling ahead of the first calls (kernels
-        are shape-generic: one per config serves its whole bucket)."""
+        are shape-generic: one per config serves its whole bucket). Each pick also with its last
+        tiles moved to the edge (configs.edge), which the token counts between the buckets take
+        where the policy is on."""
         import dataclasses
 
         from ..configs import default_config
         from ..configs.measured import MEASURED
+        from ..configs.rules import fits
 
         picks: dict = {}
         for m in sorted(set(DISPATCH_BUCKETS_M) | set(MEASURED.bounds(self.problem, self.gpu))):
             problem = dataclasses.replace(self.problem, m=m)
             try:
-                picks.setdefault(default_config(problem, epilogue=self.epilogue, gpu=self.gpu), problem)
+                cfg = default_config(problem, epilogue=self.epilogue, gpu=self.gpu)
             except UnsupportedGemmError:
                 continue
+            picks.setdefault(cfg, problem)
+            moved = cfg.replace(edge=True)
+            if EDGE_TILES.enabled and cfg.arch == "sm90a" and fits(moved, problem, self.epilogue):
+                picks.setdefault(moved, problem)
         return [(problem, cfg) for cfg, problem in picks.items()]
 
     def describe(self) -> str:
@@ -160,7 +168,10 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     if not configs:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
-    return Offer(problem, spec, tuple(configs), dynamic=not all(sizes.is_static(x) for x in extents), gpu=gpu)
+    dynamic = not all(sizes.is_static(x) for x in extents)
+    if not dynamic:  # the shape is the one that runs: its candidates' partial last tiles move, as eager's pick's
+        configs = list(dict.fromkeys(EDGE_TILES.apply(c, problem, spec) for c in configs))
+    return Offer(problem, spec, tuple(configs), dynamic=dynamic, gpu=gpu)
 
 
 def _residual_broadcast(residual: Operand, a: Operand, m, sizes: Sizes) -> bool:

@@ -154,7 +154,10 @@ def test_dispatch_buckets_cover_the_token_range():
     offer = Offer(GemmProblem(40, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), EpilogueSpec(), (),
                   dynamic=True)
     pairs = offer.dispatch_buckets()
-    assert 3 <= len(pairs) <= len(DISPATCH_BUCKETS_M)
+    # a pick per bucket at most, each also with its partial last tiles moved to the edge (configs.edge)
+    assert 3 <= len(pairs) <= 2 * len(DISPATCH_BUCKETS_M)
+    configs = {c for _, c in pairs}
+    assert all(c.replace(edge=True) in configs for c in configs)
     assert any(c.splits > 1 or c.a_rows for _, c in pairs)  # decode buckets
     assert any(p.m >= 1024 for p, _ in pairs)  # prefill buckets
 
@@ -162,6 +165,7 @@ def test_dispatch_buckets_cover_the_token_range():
 def test_dispatch_buckets_include_the_measured_tables_configs():
     """Under a dynamic M the kernels a measured config table serves (at its own token counts, which
     the fixed buckets miss) are compiled ahead too."""
+    from cutedsl_backend.configs import default_config
     from cutedsl_backend.configs.measured import MEASURED
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.inductor.eligibility import Offer
@@ -171,7 +175,11 @@ def test_dispatch_buckets_include_the_measured_tables_configs():
     problem = GemmProblem(40, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
     bounds = MEASURED.bounds(problem, gpu)
     assert bounds and MEASURED.bounds(problem, "NVIDIA Other") == ()
-    served = {MEASURED.choice(GemmProblem(m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), gpu)
+    # what the dispatcher runs at those token counts (the table's config, its last tiles moved
+    # to the edge where partial: configs.edge)
+    served = {default_config(GemmProblem(m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), gpu=gpu)
               for m in bounds}
+    assert {c.replace(edge=False) for c in served} == {MEASURED.choice(GemmProblem(
+        m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), gpu) for m in bounds}
     configs = {c for _, c in Offer(problem, EpilogueSpec(), (), dynamic=True, gpu=gpu).dispatch_buckets()}
     assert served and served <= configs, served - configs

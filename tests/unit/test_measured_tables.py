@@ -6,6 +6,7 @@ import json
 import pytest
 
 from cutedsl_backend.configs import GemmConfig, default_config, is_valid, rank_configs
+from cutedsl_backend.configs.edge import EDGE_TILES
 from cutedsl_backend.configs.measured import (
     MEASURED,
     MeasuredEntry,
@@ -197,7 +198,7 @@ def test_the_ranking_puts_this_gpus_entry_first_and_only_there(measured_other):
     problem = linear(384)
     models_pick, other = measured_other(384)
     assert rank_configs(problem, gpu=GPU)[0] == other
-    assert default_config(problem, gpu=GPU) == other
+    assert default_config(problem, gpu=GPU) == EDGE_TILES.apply(other, problem)
     assert default_config(problem, gpu="NVIDIA Other") == models_pick
     assert default_config(problem) == models_pick
     ranked = rank_configs(problem, gpu=GPU)
@@ -247,12 +248,12 @@ def test_the_inductor_dispatch_buckets_take_this_gpus_entry(measured_other):
 
     models_pick, other = measured_other(256)
 
-    def buckets(gpu):
+    def buckets(gpu):  # the configs compiled ahead, their edge-moved twins (configs.edge) folded in
         offer = Offer(linear(4096), EpilogueSpec(), (models_pick,), dynamic=True, gpu=gpu)
-        return {p.m: cfg for p, cfg in offer.dispatch_buckets()}
+        return {cfg.replace(edge=False) for _, cfg in offer.dispatch_buckets()}
 
-    assert other not in buckets(None).values()
-    assert other in buckets(GPU).values()
+    assert other not in buckets(None)
+    assert other in buckets(GPU)
 
 
 def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
@@ -277,7 +278,8 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
              if e.config is not None
              and e.config != default_config(sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0],
                                             epilogue=EpilogueSpec(scale_a="scalar", scale_b="scalar")))
-    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (e.config.name, "measured table", e.m)
+    served = EDGE_TILES.apply(e.config, sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0])  # configs.edge
+    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (served.name, "measured table", e.m)
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
 
 
