@@ -43,5 +43,6 @@ class EdgeTiles:
         return moved if fits(moved, problem, epilogue) else cfg
 
 
-# the process's policy (sweep-shapes --no-edge-tiles turns it off for an A/B run)
+# the process's policy (sweep-shapes --no-edge-tiles turns it off for an A/B run, before any pick:
+# configs.default_config memoizes its picks)
 EDGE_TILES = EdgeTiles()

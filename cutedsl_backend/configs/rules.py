@@ -56,16 +56,22 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
     if cfg.edge:
         if cfg.arch != "sm90a":
             raise UnsupportedGemmError(f"edge: edge-aligned last tiles are implemented for sm90a only, not {cfg.arch}")
-        # the moved last tile's TMA store starts where the edge puts it: along the output's
+        # the moved last tile's TMA copies start where the edge puts them: along a tensor's
         # contiguous dimension that must be a whole 16-byte unit (on an H100 an output of 1001
-        # columns, the last tile moved back by 23, faulted with an illegal instruction)
+        # columns, the last tile moved back by 23, faulted with an illegal instruction); the
+        # operands moved along their contiguous dimension are held to the same
         out_n = problem.n // 2 if epilogue is not None and getattr(epilogue, "gated", None) else problem.n
-        lead = out_n if problem.c_major == "n" else problem.m
-        unit = ALIGN_BYTES * 8 // dtype_bits(problem.out_dtype)
-        if lead % unit:
-            raise UnsupportedGemmError(
-                f"edge: the output's contiguous extent ({lead}) must be a multiple of {unit} elements (16 bytes) "
-                "to move its last tile back to the edge")
+        moved = [("the output", out_n if problem.c_major == "n" else problem.m, problem.out_dtype)]
+        if problem.a_major == "m":
+            moved.append(("A", problem.m, problem.dtype))
+        if problem.b_major == "n":
+            moved.append(("B", problem.n, problem.dtype_b))
+        for what, lead, dtype in moved:
+            unit = ALIGN_BYTES * 8 // dtype_bits(dtype)
+            if lead % unit:
+                raise UnsupportedGemmError(
+                    f"edge: {what}'s contiguous extent ({lead}) must be a multiple of {unit} elements (16 bytes) "
+                    "to move its last tile back to the edge")
     if cfg.splits > 1:
         if not fam.split_k:
             raise UnsupportedGemmError("splits: split-K is implemented for sm90a only")

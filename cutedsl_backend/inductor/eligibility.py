@@ -54,14 +54,12 @@ class Offer:
         """(problem, config) of each config the per-call dispatcher picks over the token range (M
         from 1 to 16384 at the hint's N, K and batch, and each token count a measured config table
         holds for the projection): the kernels worth compiling ahead of the first calls (kernels
-        are shape-generic: one per config serves its whole bucket). Each pick also with its last
-        tiles moved to the edge (configs.edge), which the token counts between the buckets take
-        where the policy is on."""
+        are shape-generic: one per config serves its whole bucket). Each pick also as the token
+        counts beside its bucket run it, its last tiles moved to the edge or not (configs.edge)."""
         import dataclasses
 
         from ..configs import default_config
         from ..configs.measured import MEASURED
-        from ..configs.rules import fits
 
         picks: dict = {}
         for m in sorted(set(DISPATCH_BUCKETS_M) | set(MEASURED.bounds(self.problem, self.gpu))):
@@ -71,9 +69,12 @@ class Offer:
             except UnsupportedGemmError:
                 continue
             picks.setdefault(cfg, problem)
-            moved = cfg.replace(edge=True)
-            if EDGE_TILES.enabled and cfg.arch == "sm90a" and fits(moved, problem, self.epilogue):
-                picks.setdefault(moved, problem)
+            # and as the token counts beside the bucket run it: its last tiles moved or not
+            for near in (m - 1, m + 1):
+                if near >= 1:
+                    as_run = EDGE_TILES.apply(cfg.replace(edge=False), dataclasses.replace(problem, m=near),
+                                              self.epilogue)
+                    picks.setdefault(as_run, problem)
         return [(problem, cfg) for cfg, problem in picks.items()]
 
     def describe(self) -> str:

@@ -147,6 +147,7 @@ def test_dynamic_m_runs_the_per_call_dispatcher(inductor, feedback):
 
 
 def test_dispatch_buckets_cover_the_token_range():
+    from cutedsl_backend.configs import default_config
     from cutedsl_backend.epilogue import EpilogueSpec
     from cutedsl_backend.inductor.eligibility import DISPATCH_BUCKETS_M, Offer
     from cutedsl_backend.problem import GemmProblem
@@ -154,10 +155,18 @@ def test_dispatch_buckets_cover_the_token_range():
     offer = Offer(GemmProblem(40, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"), EpilogueSpec(), (),
                   dynamic=True)
     pairs = offer.dispatch_buckets()
-    # a pick per bucket at most, each also with its partial last tiles moved to the edge (configs.edge)
+    # a pick per bucket at most, each also as the token counts beside it run it (configs.edge)
     assert 3 <= len(pairs) <= 2 * len(DISPATCH_BUCKETS_M)
     configs = {c for _, c in pairs}
-    assert all(c.replace(edge=True) in configs for c in configs)
+    assert any(c.edge for c in configs) and any(c.replace(edge=False) in configs for c in configs if c.edge)
+    unmoved = {c.replace(edge=False) for c in configs}
+    ahead = 0
+    for m in (63, 65, 95, 97, 255, 257, 511, 513, 1023, 1025):  # token counts beside the buckets
+        run = default_config(GemmProblem(m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"))
+        if run.replace(edge=False) in unmoved:  # a config compiled ahead runs compiled, moved or not
+            assert run in configs, run
+            ahead += 1
+    assert ahead >= 5
     assert any(c.splits > 1 or c.a_rows for _, c in pairs)  # decode buckets
     assert any(p.m >= 1024 for p, _ in pairs)  # prefill buckets
 

@@ -73,6 +73,23 @@ def test_no_edge_where_the_outputs_rows_are_not_whole_16_byte_units(n):
     assert EdgeTiles().apply(cfg, linear(449, n=1008)).edge
 
 
+@pytest.mark.parametrize("a_major, b_major, m, n, moves", [
+    ("m", "k", 449, 4096, False),   # an M-major A (a padded stride) whose M is not whole 16-byte units
+    ("m", "k", 456, 4096, True),
+    ("k", "n", 512, 1000, True),    # an N-major B: N = 1000 is whole units
+    ("k", "n", 449, 4100, False),   # (4100 % 8: not; nor the output's rows)
+])
+def test_no_edge_where_a_moved_operand_starts_off_a_16_byte_unit(a_major, b_major, m, n, moves):
+    """The last tile's loads move with it: an operand contiguous along the moved dimension is held
+    to the output's rule."""
+    cfg = GemmConfig(128, 128, cluster_m=2)
+    problem = GemmProblem(m, n, 4096, 1, "bfloat16", "bfloat16", a_major, b_major, "sm90a")
+    assert EdgeTiles().apply(cfg, problem).edge == moves
+    if not moves:
+        with pytest.raises(UnsupportedGemmError, match="edge: (A|B|the output)'s contiguous extent"):
+            check_config(cfg.replace(edge=True), problem)
+
+
 def test_inductor_offers_a_static_shape_its_candidates_moved_and_a_dynamic_one_the_dispatcher():
     """A static M is the one that runs: the autotuned candidates take the policy as the eager
     pick does (the first is the dispatcher's pick); a symbolic M's runtime dispatch applies it per

@@ -135,6 +135,14 @@ def test_a_table_names_the_fastest_config_where_it_beats_the_models_pick_else_th
     assert (e.ms, e.model_ms, e.peer_ms) == (0.010, 0.012, 0.02)
 
 
+def test_a_table_names_its_configs_unmoved():
+    """A sweep's rows may name a moved pick (GemmConfig.edge); the table keeps the config, the
+    edge policy moves the tiles of whichever config it serves."""
+    moved = SWAP.replace(edge=True)
+    (e,) = table_from_sweeps([_row(384, {moved: 0.010, COOP: 0.013}, pick=moved)], GPU, "unit test").entries
+    assert e.config == SWAP and not e.config.edge
+
+
 def test_a_table_merges_sweeps_of_the_same_shape():
     rows = [_row(384, {COOP: 0.013, SWAP: 0.012}, pick=SWAP, peer=0.02),
             _row(384, {COOP: 0.010}, pick=SWAP, peer=0.03)]

@@ -37,3 +37,13 @@ def test_replay_scores_todays_pick_against_each_rows_own_peer(tmp_path):
 def test_replay_refuses_rows_of_an_unknown_dtype():
     with pytest.raises(ValueError, match="row dtype"):
         replay([_row(16, 64, 64, {"x": 1.0}, pick="x", dtype="float32")])
+
+
+def test_replay_scores_a_moved_pick_by_its_config_as_the_sweeps_timed_it():
+    """The dispatcher's pick at 449 tokens moves its last tiles (configs.edge); the sweeps timed the
+    candidates unmoved, so the row is scored by the same config unmoved, not left out."""
+    now = default_config(GemmProblem(449, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"))
+    assert now.edge
+    row = _row(449, 4096, 4096, {now.replace(edge=False).name: 0.008, "other": 0.005}, pick="other")
+    result = replay([row])
+    assert result["all"]["cells"] == 1 and result["all"]["now"] == pytest.approx(1.25)
