@@ -323,6 +323,7 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
     a, w_gate, w_up, then the bias, or with ``scaled`` = (out_dtype, fast_accum) the three FP8
     scales), or raises UnsupportedGemmError naming the rule."""
     from ..configs import rank_configs
+    from ..configs.edge import EDGE_TILES
     from ..problem import INPUT_DTYPES_FP8, GemmProblem, check_aligned, operand_major
     from .choices import device_arch
     from .eligibility import num_sms, operand_from_ir
@@ -370,6 +371,8 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
     if not configs:
         raise UnsupportedGemmError(f"no config takes the gated epilogue for {problem.describe()}")
     dynamic = not all(sizes.is_static(x) for x in (m, n, k))
+    if not dynamic:  # the shape that runs: its candidates' partial last tiles move, as eager's pick's
+        configs = list(dict.fromkeys(EDGE_TILES.apply(c, problem, spec) for c in configs))
     return problem, spec, configs, dynamic
 
 
