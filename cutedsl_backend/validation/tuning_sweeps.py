@@ -266,8 +266,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
 
     probe = linear(8, 4096, 4096)
     t0 = time.time()
-    failed = {r[0] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
-    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(failed)} failed")
+    errors = {r[0]: r[2] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
+    failed = set(errors)
+    refused = sum(e.startswith("UnsupportedGemmError") for e in errors.values())  # the rules, e.g. precise fp8's
+    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {refused} refused by the rules for these "
+        f"operands, {len(failed) - refused} failed to compile")
     sa, sb = torch.tensor(0.5, device=device), torch.tensor(2.0, device=device)
     rows, picked, best = [], [], []
     for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
