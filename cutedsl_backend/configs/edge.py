@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import GemmConfig
-from .rules import fits, kernel_view
+from .rules import fits, kernel_view, output_halves
 
 
 @dataclass
@@ -33,14 +33,18 @@ class EdgeTiles:
         if not self.enabled or cfg.edge or cfg.arch != "sm90a":
             return cfg
         kernel, _ = kernel_view(problem, cfg, None)
-        # the gated kernel's output is half its problem's N wide, in tiles half the config's
-        halves = 2 if epilogue is not None and getattr(epilogue, "gated", None) else 1
+        halves = output_halves(epilogue)
         partial = any(extent > tile and extent % tile
                       for extent, tile in ((kernel.m, cfg.tile_m), (kernel.n // halves, cfg.tile_n // halves)))
         if not partial:
             return cfg
         moved = cfg.replace(edge=True)
         return moved if fits(moved, problem, epilogue) else cfg
+
+    def candidates(self, configs, problem, epilogue=None) -> list:
+        """``configs`` (best first) as they run ``problem``, once each: autotune candidates for a
+        static shape, which is the one that runs."""
+        return list(dict.fromkeys(self.apply(c, problem, epilogue) for c in configs))
 
 
 # the process's policy (sweep-shapes --no-edge-tiles turns it off for an A/B run, before any pick:

@@ -60,7 +60,7 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         # contiguous dimension that must be a whole 16-byte unit (on an H100 an output of 1001
         # columns, the last tile moved back by 23, faulted with an illegal instruction); the
         # operands moved along their contiguous dimension are held to the same
-        out_n = problem.n // 2 if epilogue is not None and getattr(epilogue, "gated", None) else problem.n
+        out_n = problem.n // output_halves(epilogue)
         moved = [("the output", out_n if problem.c_major == "n" else problem.m, problem.out_dtype)]
         if problem.a_major == "m":
             moved.append(("A", problem.m, problem.dtype))
@@ -103,6 +103,12 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             f"shared memory: {stages} stages of {cfg.tile_m}x{cfg.tile_n}x{tile_k} need {need} bytes,"
             f" over the {fam.smem_capacity} available (or fewer than 2 stages fit)"
         )
+
+
+def output_halves(epilogue) -> int:
+    """2 for the gated epilogue, whose output is half its problem's N wide (in tiles half the
+    config's), else 1."""
+    return 2 if epilogue is not None and getattr(epilogue, "gated", None) else 1
 
 
 def is_valid(cfg: GemmConfig, problem: GemmProblem) -> bool:

@@ -170,8 +170,8 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
     extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
     dynamic = not all(sizes.is_static(x) for x in extents)
-    if not dynamic:  # the shape is the one that runs: its candidates' partial last tiles move, as eager's pick's
-        configs = list(dict.fromkeys(EDGE_TILES.apply(c, problem, spec) for c in configs))
+    if not dynamic:  # its candidates' partial last tiles move, as the eager pick's
+        configs = EDGE_TILES.candidates(configs, problem, spec)
     return Offer(problem, spec, tuple(configs), dynamic=dynamic, gpu=gpu)
 
 

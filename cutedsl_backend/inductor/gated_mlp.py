@@ -371,8 +371,8 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
     if not configs:
         raise UnsupportedGemmError(f"no config takes the gated epilogue for {problem.describe()}")
     dynamic = not all(sizes.is_static(x) for x in (m, n, k))
-    if not dynamic:  # the shape that runs: its candidates' partial last tiles move, as eager's pick's
-        configs = list(dict.fromkeys(EDGE_TILES.apply(c, problem, spec) for c in configs))
+    if not dynamic:  # its candidates' partial last tiles move, as the eager pick's
+        configs = EDGE_TILES.candidates(configs, problem, spec)
     return problem, spec, configs, dynamic
 
 

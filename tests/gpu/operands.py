@@ -1,7 +1,13 @@
 """Random GEMM operands of a given layout for the GPU tests (a seeded CUDA generator, returned for
 the test's further draws)."""
 
+import itertools
+
+import pytest
 import torch
+
+# every pair of operand majors, A's and B's (row-major "k" / "n" or column-major), as test ids a?_b?
+each_layout = pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
 
 
 def layout_operands(L, M, N, K, dtype, a_major, b_major, seed):

@@ -7,8 +7,6 @@ swap-AB (the tokens along N), fused epilogues with a TMA-loaded and a gathered r
 values (bias, FP8 row scales: read at the moved origin), the gated epilogue; bitwise determinism
 and the same bits as the unmoved tiles. Skipped, with the reason, without an sm90 GPU."""
 
-import itertools
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,6 +19,7 @@ from .operands import (  # noqa: E402
     check_fused_epilogue,
     check_gated_over_shapes,
     check_scaled_mm,
+    each_layout,
 )
 from .operands import layout_operands as operands  # noqa: E402
 
@@ -37,7 +36,7 @@ SEED = 9191
 
 @pytest.mark.parametrize("cfg", EDGE, ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+@each_layout
 def test_edge_tiles(cfg, dtype, layout):
     check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED, also_fresh=True)
 

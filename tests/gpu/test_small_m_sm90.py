@@ -3,8 +3,6 @@ over tails, batches, both operand majors, fused epilogues (bias, activation, TMA
 gathered residual, alpha/beta) and FP8 scales, against a float64 reference; and bitwise
 determinism (the same inputs give the same bits). Skipped, with the reason, without an sm90 GPU."""
 
-import itertools
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,7 +10,7 @@ torch = pytest.importorskip("torch")
 import cutedsl_backend as cb  # noqa: E402
 from cutedsl_backend.configs import GemmConfig  # noqa: E402
 
-from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm  # noqa: E402
+from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm, each_layout  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -25,7 +23,7 @@ SEED = 4242
 
 @pytest.mark.parametrize("cfg", NARROW, ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+@each_layout
 def test_narrow_tiles(cfg, dtype, layout):
     check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED)
 

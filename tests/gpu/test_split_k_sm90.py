@@ -5,8 +5,6 @@ gathered residual, alpha/beta) and FP8 scales; bitwise determinism (the same inp
 bits, whichever CTA finishes a tile last); the workspace's counters left at zero (launch after
 launch, shape after shape, on two streams). Skipped, with the reason, without an sm90 GPU."""
 
-import itertools
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,7 +15,7 @@ from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.bench import graph_of  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm  # noqa: E402
+from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm, each_layout  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -31,7 +29,7 @@ SEED = 5150
 
 @pytest.mark.parametrize("cfg", SPLIT, ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+@each_layout
 def test_split_k(cfg, dtype, layout):
     check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED)
 

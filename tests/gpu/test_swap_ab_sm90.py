@@ -5,8 +5,6 @@ in N and K, batches, every operand major, bias per column and per row, activatio
 tensorwise and rowwise scales, split-K (bitwise deterministic), and what it refuses. Skipped,
 with the reason, without an sm90 GPU."""
 
-import itertools
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,7 +14,7 @@ from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import check_config_over_shapes  # noqa: E402
+from .operands import check_config_over_shapes, each_layout  # noqa: E402
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -31,7 +29,7 @@ SEED = 7070
 
 @pytest.mark.parametrize("cfg", SWAP, ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("layout", list(itertools.product("km", "nk")), ids=lambda x: f"a{x[0]}_b{x[1]}")
+@each_layout
 def test_swap_ab(cfg, dtype, layout):
     check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED, also_fresh=True)
 
