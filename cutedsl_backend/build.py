@@ -70,7 +70,7 @@ def fake_args(problem: GemmProblem, epilogue, cfg: GemmConfig) -> tuple:
             res = make_fake_tensor(res_t, (m, n, l), (cute.sym_int64(), 1, cute.sym_int64()),
                                    assumed_align=res_t.width // 8)
     work = counters = None
-    if cfg.splits > 1:
+    if cfg.splits > 1 or cfg.stream_k:
         work = make_fake_tensor(cutlass.Float32, (cute.sym_int32(),), (1,), assumed_align=16)
         counters = make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=16)
     return a, b, c, bias, sa, sb, res, work, counters, Float32(1.0), Float32(0.0)

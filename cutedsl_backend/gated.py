@@ -268,11 +268,11 @@ class _GatedPlan:
             descs.append(((2 * n,), ()))
         if fp8:
             descs += [((1 if kind_a == "scalar" else problem.m,), ()), ((1 if kind_b == "scalar" else 2 * n,), ())]
-        self.split_sizes = split_k_workspace(self.gemm_problem, cfg) if cfg.splits > 1 else (0, 0)
-        if cfg.splits > 1:
+        clusters = max_clusters(self.index, cfg.cluster_m * cfg.cluster_n)
+        self.split_sizes = split_k_workspace(self.gemm_problem, cfg, clusters)
+        if self.split_sizes[0]:
             descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
-        self.pack = kernel.arg_pack(descs, max_clusters(self.index, cfg.cluster_m * cfg.cluster_n),
-                                    tail=(descriptor(up.unsqueeze(0), True, align),))
+        self.pack = kernel.arg_pack(descs, clusters, tail=(descriptor(up.unsqueeze(0), True, align),))
         self.in_spans = tuple(byte_span(t.shape, t.stride(), t.element_size()) for t in (a2, gate, up))
         self.out_span = None if out is None else byte_span(out3.shape, out3.stride(), out3.element_size())
 

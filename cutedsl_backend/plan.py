@@ -90,13 +90,15 @@ class Plan:
                  descriptor(out3, problem.c_major == "n", 16 // out3.element_size())]
         descs += epi.descs()
         cfg = kernel.config
-        # split-K: the workspace's sizes (fixed by the geometry); its buffers are per stream
-        self.split_sizes = split_k_workspace(problem, cfg)
-        if cfg.splits > 1:
-            descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.device_index = index
-        self.pack = kernel.arg_pack(descs, max_clusters(index, cfg.cluster_m * cfg.cluster_n))
+        clusters = max_clusters(index, cfg.cluster_m * cfg.cluster_n)
+        # split-K / stream-K: the workspace's sizes (fixed by the geometry and the GPU's cluster
+        # count); its buffers are per stream
+        self.split_sizes = split_k_workspace(problem, cfg, clusters)
+        if self.split_sizes[0]:
+            descs += [((self.split_sizes[1],), ()), ((self.split_sizes[0],), ())]
+        self.pack = kernel.arg_pack(descs, clusters)
         self.has_vectors = epi.bias is not None or epi.scale_a is not None or epi.scale_b is not None
 
     def run(self, a, b, out, epi_ops, alpha, beta):

@@ -68,6 +68,9 @@ def _sweep_decode_arguments(p):
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
                    help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
                    "fp32 accumulation, or fast accumulation on both sides)")
+    p.add_argument("--stream-k", action="store_true",
+                   help="also time each unswapped candidate without K slices in its stream-K form "
+                   "(GemmConfig.stream_k)")
     p.add_argument("--json", help="write the rows here")
 
 
@@ -78,7 +81,7 @@ def _sweep_decode(args, p) -> int:
         write_json(args.json, rows, atomic=True)
 
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
-                      dtype=args.dtype, checkpoint=save))
+                      dtype=args.dtype, checkpoint=save, stream_k=args.stream_k))
     return 0
 
 

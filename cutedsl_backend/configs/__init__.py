@@ -68,6 +68,7 @@ from .resources import (
     promoted_acc_copies,
     smem_bytes_per_stage,
     split_k_workspace,
+    stream_k_shares,
 )
 from .rules import check_config, fits, is_valid, kernel_view, valid_configs
 from .tuning import TUNED_SM90, TunedRule, tuned_choice
@@ -84,6 +85,6 @@ __all__ = [
     "heuristic_score", "is_valid", "k_slices", "launch_tiles", "max_stages", "mid_choice", "operand_class",
     "mma_atom_n",
     "natural_tile_k", "promoted_acc_copies", "quick_configs", "rank_configs", "resolve_config",
-    "smem_bytes_per_stage", "split_k_workspace", "swap_choice", "tuned_choice", "valid_configs", "wave_efficiency",
-    "wide_tile_choice",
+    "smem_bytes_per_stage", "split_k_workspace", "stream_k_shares", "swap_choice", "tuned_choice", "valid_configs",
+    "wave_efficiency", "wide_tile_choice",
 ]

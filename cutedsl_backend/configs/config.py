@@ -13,11 +13,11 @@ from ..problem import UnsupportedGemmError, dtype_bits
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
 _NAME_FORM = ("<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>]"
-              "[_a<rows>][_swap][_edge]")
+              "[_a<rows>][_swap][_edge][_sk]")
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
-    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?")
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?(?P<stream_k>_sk)?")
 # split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
 # workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
 MAX_SPLITS = 16
@@ -59,6 +59,13 @@ class GemmConfig:
       at least a tile (a K tail still does). TMA's out-of-bounds fill is slow: on the H100 a
       swap-AB launch at 288 tokens (its last 160-token tile 32 rows short) took 1.48x its time at
       320. sm90a; the dispatcher takes it where configs.edge's policy says so.
+    - ``stream_k``: the launch's k-tiles (every tile's K range, tile after tile) dealt out evenly
+      over the persistent clusters, one contiguous share each, so every SM has the same work
+      whatever the tile count (split-K cuts each tile alike, and a tile count just past a wave
+      leaves most SMs idle for a second one). A tile whose K range more than one share covers
+      is summed as split-K's are (fp32 partials through the workspace, added in share order by
+      whichever finishes last: bitwise deterministic for a given GPU, whose SM count sets the
+      shares). sm90a, without ``splits``.
     """
 
     tile_m: int = 128
@@ -76,6 +83,7 @@ class GemmConfig:
     a_rows: int = 0
     swap_ab: bool = False
     edge: bool = False
+    stream_k: bool = False
 
     @property
     def name(self) -> str:
@@ -85,21 +93,23 @@ class GemmConfig:
         )
         return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
             f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "") + (
-            "_edge" if self.edge else "")
+            "_edge" if self.edge else "") + ("_sk" if self.stream_k else "")
 
     def key(self) -> tuple:
         t = dataclasses.astuple(self)
-        if self.edge:
+        if self.stream_k:
             return t
-        # without edge (and swap_ab): the keys that predate those fields
-        return t[:-1] if self.swap_ab else t[:-2]
+        # without stream_k (and edge, swap_ab): the keys that predate those fields
+        if self.edge:
+            return t[:-1]
+        return t[:-2] if self.swap_ab else t[:-3]
 
     @property
     def shape(self) -> tuple:
         """What the kernel computes per CTA: schedule, tile and cluster (raster order, group,
         stages and tile_k aside; those variants measure within a few percent of each other)."""
         return (self.schedule, self.tile_m, self.tile_n, self.cluster_m, self.cluster_n, self.two_cta, self.splits,
-                self.a_rows, self.swap_ab, self.edge)
+                self.a_rows, self.swap_ab, self.edge, self.stream_k)
 
     @classmethod
     def from_name(cls, name: str) -> "GemmConfig":
@@ -114,7 +124,7 @@ class GemmConfig:
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
                    group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
                    splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]),
-                   edge=bool(g["edge"]))
+                   edge=bool(g["edge"]), stream_k=bool(g["stream_k"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)

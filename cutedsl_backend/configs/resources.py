@@ -88,17 +88,37 @@ def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
     return rows * cols * problem.batch
 
 
-def split_k_workspace(problem: GemmProblem, cfg: GemmConfig) -> tuple[int, int]:
+# the most persistent clusters the rules size a stream-K workspace for (a GPU of 1024 SMs; the
+# H100 and H200 hold 132 one-CTA clusters): the workspace grows with the clusters sharing a tile
+STREAM_K_MAX_CLUSTERS = 1024
+
+
+def split_k_workspace(problem: GemmProblem, cfg: GemmConfig, clusters: int = 0) -> tuple[int, int]:
     """(int32 counters, fp32 elements) of the split-K workspace of ``cfg`` on ``problem``: one
     arrival counter per CTA tile (zero before a launch; the kernel leaves them zero) and one fp32
-    partial tile per K slice of every CTA tile. (0, 0) without split-K. On sm100a the epilogue's
-    128 threads read the accumulator's 128 tensor-memory lanes, so a CTA tile's partial is sized
-    for 128 rows whatever its own."""
-    if cfg.splits == 1:
+    partial tile per K slice of every CTA tile (stream-K: per piece, :func:`stream_k_shares`, of
+    a launch of at most ``clusters`` persistent clusters; 0: as many as k-tiles, the most pieces
+    any GPU could cut a tile into). (0, 0) without either. On sm100a the epilogue's 128 threads
+    read the accumulator's 128 tensor-memory lanes, so a CTA tile's partial is sized for 128 rows
+    whatever its own."""
+    if cfg.splits == 1 and not cfg.stream_k:
         return (0, 0)
     tiles = launch_tiles(problem, cfg)
     rows = cfg.tile_m // ctas_per_mma(cfg) if cfg.arch == "sm90a" else max(128, cfg.tile_m // ctas_per_mma(cfg))
-    return (tiles, tiles * cfg.splits * rows * cfg.tile_n)
+    slots = stream_k_shares(problem, cfg, clusters)[2] if cfg.stream_k else cfg.splits
+    return (tiles, tiles * slots * rows * cfg.tile_n)
+
+
+def stream_k_shares(problem: GemmProblem, cfg: GemmConfig, clusters: int = 0) -> tuple[int, int, int]:
+    """Stream-K's division of a launch (GemmConfig.stream_k; the kernels compute the same):
+    (k-tiles of all cluster tiles, T; clusters launched, P = min(T, ``clusters``), or T for 0;
+    the most pieces a tile's K range is cut into). With q = T // P and r = T % P, the first r
+    clusters take q + 1 consecutive k-tiles of the launch (tile after tile), the others q; a
+    tile's k-tiles meet at most (k_tiles - 2) // q + 2 shares."""
+    k_tiles = math.ceil(problem.k / (cfg.tile_k or natural_tile_k(problem.dtype)))
+    total = launch_tiles(problem, cfg) // (cfg.cluster_m * cfg.cluster_n) * k_tiles
+    launched = min(total, clusters) if clusters else total
+    return total, launched, max(k_tiles - 2, 0) // max(1, total // max(1, launched)) + 2
 
 
 def k_slices(k_tiles: int, splits: int) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ from typing import Iterable, Optional
 from ..problem import ALIGN_BYTES, GemmProblem, UnsupportedGemmError, dtype_bits
 from .config import MAX_SPLITS, RASTERS, SCHEDULES, GemmConfig, natural_tile_k
 from .families import epilogue_smem_bytes, family, max_stages
-from .resources import EPI_TILE_N, SMEM_RESERVED, smem_bytes_per_stage, split_k_workspace
+from .resources import EPI_TILE_N, SMEM_RESERVED, STREAM_K_MAX_CLUSTERS, smem_bytes_per_stage, split_k_workspace
 
 
 def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
@@ -82,6 +82,18 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError(
                 f"splits {cfg.splits}: more K slices than the {k_tiles} k-tiles of K={problem.k} "
                 "(a slice would be empty)")
+    if cfg.stream_k:
+        if not fam.split_k or cfg.arch != "sm90a":
+            raise UnsupportedGemmError(f"stream_k: implemented for sm90a only, not {cfg.arch}")
+        if cfg.splits > 1:
+            raise UnsupportedGemmError("stream_k: takes no splits (it divides the K ranges itself)")
+        if cfg.swap_ab or (epilogue is not None and getattr(epilogue, "gated", None)):
+            # the kernel would take them; no GPU test has run stream-K with either
+            raise UnsupportedGemmError("stream_k: not with swap_ab or the gated epilogue (not verified on a GPU)")
+        # sized for the most pieces a GPU of up to STREAM_K_MAX_CLUSTERS persistent clusters cuts a tile into
+        if split_k_workspace(problem, cfg, STREAM_K_MAX_CLUSTERS)[1] >= 1 << 31:
+            raise UnsupportedGemmError("stream_k: its workspace would exceed 2^31 elements (a problem this large "
+                                       "has tiles enough for every SM)")
     max_n, min_n = fam.max_tile_n(cfg), fam.min_tile_n
     if cfg.tile_n % EPI_TILE_N or not (min_n <= cfg.tile_n <= max_n):
         raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in {min_n}..{max_n}")

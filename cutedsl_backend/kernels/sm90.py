@@ -37,7 +37,7 @@ from ..configs import RES_STAGES
 from . import epilogue as epi
 from .scheduler import cluster_tile_coord, edge_shift
 from .sm90_launch import THREADS_PER_WG, Sm90Launch
-from .split_k import reduce_partials
+from .split_k import reduce_partials, reduce_pieces, stream_k_max_pieces, stream_k_shares
 
 PRODUCER_REGS = 40
 MATH_REGS = 232
@@ -184,6 +184,9 @@ class Sm90Gemm(Sm90Launch):
 
         group = self.cfg.group
         raster_m = self.cfg.raster == "m"
+        shares = None
+        if cutlass.const_expr(self.cfg.stream_k):
+            shares = stream_k_shares(total_units, num_persistent, first_cluster, k_tiles)
 
         if wg_idx == 0:
             # ------------------------------------------------ producer warp group
@@ -191,9 +194,9 @@ class Sm90Gemm(Sm90Launch):
             if warp_idx == 0:
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 idx = first_cluster
-                while idx < total_units:
-                    split, tile_idx = self._unit(idx, total_clusters)
-                    k_first, k_count = self._k_range(split, k_tiles)
+                while self._has_work(idx, total_clusters, k_tiles, total_units, num_persistent, shares):
+                    tile_idx, k_first, k_count, _, _ = self._work(idx, total_clusters, k_tiles, total_units,
+                                                                  num_persistent, shares)
                     cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                     tile_m = cm * self.cfg.cluster_m + cta_m
                     tile_n = cn * self.cfg.cluster_n + cta_n
@@ -299,8 +302,9 @@ class Sm90Gemm(Sm90Launch):
             if cutlass.const_expr(not self.cooperative):
                 # the other group's first tile occupies the ring before ours
                 if math_wg == 1:
-                    if first_cluster < total_units:
-                        for _ in cutlass.range(self._unit_k_tiles(first_cluster, total_clusters, k_tiles), unroll=1):
+                    if self._has_work(first_cluster, total_clusters, k_tiles, total_units, num_persistent, shares):
+                        for _ in cutlass.range(self._work(first_cluster, total_clusters, k_tiles, total_units,
+                                                          num_persistent, shares)[2], unroll=1):
                             read_state.advance()
                             release_state.advance()
             # pingpong turn-taking (named barriers 3 and 4, 256 threads): a group starts its
@@ -313,13 +317,15 @@ class Sm90Gemm(Sm90Launch):
                     cute.arch.barrier_arrive(barrier_id=3, number_of_threads=2 * THREADS_PER_WG)
             epi_count = Int32(0)
             split_arrival = None
-            if cutlass.const_expr(self.cfg.splits > 1):
+            if cutlass.const_expr(self.partial_sums):
                 arrival_slot = 0 if self.cooperative else math_wg
                 split_arrival = cute.make_tensor(storage.split_arrival.data_ptr() + arrival_slot, cute.make_layout(1))
             idx = first_cluster + my_slot * num_persistent
-            while idx < total_units:
-                split, tile_idx = self._unit(idx, total_clusters)
-                unit_k = self._k_range(split, k_tiles)[1]
+            while self._has_work(idx, total_clusters, k_tiles, total_units, num_persistent, shares):
+                tile_idx, _, unit_k, split, pieces = self._work(idx, total_clusters, k_tiles, total_units,
+                                                                num_persistent, shares)
+                has_next = self._has_work(idx + num_persistent, total_clusters, k_tiles, total_units, num_persistent,
+                                          shares)
                 cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
                 tile_m = cm * self.cfg.cluster_m + cta_m
                 tile_n = cn * self.cfg.cluster_n + cta_n
@@ -334,7 +340,7 @@ class Sm90Gemm(Sm90Launch):
                 res_tiles = None
                 if cutlass.const_expr(res_tma is not None):
                     res_tiles = res_tma.tile(tile_m, tile_n, l, (dm, dn) if cutlass.const_expr(self.cfg.edge) else None)
-                if cutlass.const_expr(res_tma is not None and self.cfg.splits == 1):
+                if cutlass.const_expr(res_tma is not None and not self.partial_sums):
                     # the first residual sub-tiles load while the mainloop runs
                     if is_store_warp:
                         for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
@@ -373,7 +379,7 @@ class Sm90Gemm(Sm90Launch):
                         else:
                             release_state = _retire_k_tile(ab_pipeline, release_state, acc, part, 0)
                     if cutlass.const_expr(not self.cooperative):
-                        if idx + num_persistent < total_units:
+                        if has_next:
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
                 else:
                     # keep one WGMMA batch in flight; release a stage once its batch retired
@@ -389,7 +395,7 @@ class Sm90Gemm(Sm90Launch):
                             release_state.advance()
                         read_state.advance()
                     if cutlass.const_expr(not self.cooperative):
-                        if idx + num_persistent < total_units:  # the other group has a next tile
+                        if has_next:  # the other group has a next tile
                             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=2 * THREADS_PER_WG)
                     cute.nvgpu.warpgroup.wait_group(0)
                     if unit_k > 0:
@@ -402,10 +408,19 @@ class Sm90Gemm(Sm90Launch):
                     cta_tile = tile_idx * (self.cfg.cluster_m * self.cfg.cluster_n) + cta_rank
                     finishes_tile = reduce_partials(acc, mWork, mCounters, cta_tile, split, self.cfg.splits,
                                                     epi_thread, self.epi_threads, epi_sync, split_arrival)
+                if cutlass.const_expr(self.cfg.stream_k):
+                    # a tile one share covers is finished here; one cut into pieces, by its last
+                    finishes_tile = pieces == 1
+                    if pieces > 1:
+                        finishes_tile = reduce_pieces(
+                            acc, mWork, mCounters, tile_idx * (self.cfg.cluster_m * self.cfg.cluster_n) + cta_rank,
+                            split, pieces,
+                            stream_k_max_pieces(k_tiles, shares),
+                            epi_thread, self.epi_threads, epi_sync, split_arrival)
 
                 if finishes_tile:
                     # ---- epilogue: registers -> smem -> TMA store, one epi sub-tile at a time
-                    if cutlass.const_expr(res_tma is not None and self.cfg.splits > 1):
+                    if cutlass.const_expr(res_tma is not None and self.partial_sums):
                         # split-K: only the tile's last slice reads the residual
                         if is_store_warp:
                             for e in cutlass.range_constexpr(min(RES_STAGES, res_tma.sub_tiles)):
@@ -462,9 +477,9 @@ class Sm90Gemm(Sm90Launch):
 
                 if cutlass.const_expr(not self.cooperative):
                     # skip the other group's next tile in the ring
-                    if idx + num_persistent < total_units:
-                        for _ in cutlass.range(self._unit_k_tiles(idx + num_persistent, total_clusters, k_tiles),
-                                               unroll=1):
+                    if has_next:
+                        for _ in cutlass.range(self._work(idx + num_persistent, total_clusters, k_tiles,
+                                                          total_units, num_persistent, shares)[2], unroll=1):
                             read_state.advance()
                             release_state.advance()
                 idx += tiles_stride * num_persistent

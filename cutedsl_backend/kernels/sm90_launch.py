@@ -46,6 +46,8 @@ class Sm90Launch(SplitKUnits):
         self.promote = promote_fp8
         # its fp32 accumulator copies: 3 (two alternating k-tile partials) or 2 (one), by tile size
         self.promoted_copies = promoted_acc_copies(cfg) if promote_fp8 else 1
+        # tiles summed from fp32 partials in the workspace: split-K's slices, stream-K's pieces
+        self.partial_sums = cfg.splits > 1 or cfg.stream_k
         self.epilogue = epilogue
         self.acc_dtype = cutlass.Float32
         self.cooperative = cfg.schedule == "cooperative"
@@ -141,6 +143,8 @@ class Sm90Launch(SplitKUnits):
             RES_STAGES * self.epi_groups)
 
         units = grid.total() * self.cfg.splits
+        if cutlass.const_expr(self.cfg.stream_k):  # stream-K deals out the launch's k-tiles
+            units = grid.total() * cute.ceil_div(cute.size(mA, mode=[1]), self.cfg.tile_k)
         self.kernel(
             tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, self.tiled_mma,
             a_smem_staged, b_smem_staged, c_smem_staged,

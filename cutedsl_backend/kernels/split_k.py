@@ -41,10 +41,10 @@ def store_partial(frag: cute.Tensor, work: cute.Tensor, tile: Int32, split: Int3
 
 
 @cute.jit
-def arrive(counters: cute.Tensor, tile: Int32, splits: cutlass.Constexpr, thread: Int32, sync,
-           arrival: cute.Tensor):
+def arrive(counters: cute.Tensor, tile: Int32, splits, thread: Int32, sync, arrival: cute.Tensor):
     """Count this slice on ``counters[tile]`` once its threads' stores are done (``sync``: a
-    barrier over them; ``arrival``: a one-element Int32 shared-memory tensor of the group).
+    barrier over them; ``arrival``: a one-element Int32 shared-memory tensor of the group;
+    ``splits``: the tile's slice count, a constant or, for stream-K's pieces, a run-time value).
     Returns whether this CTA holds the tile's last slice (then it resets the counter)."""
     sync.arrive_and_wait()
     if thread == 0:
@@ -127,6 +127,84 @@ def k_slice(split: Int32, k_tiles: Int32, splits: cutlass.Constexpr):
     return begin, end - begin
 
 
+@cute.jit
+def reduce_pieces(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, piece: Int32,
+                  pieces: Int32, max_pieces: Int32, thread: Int32, threads: cutlass.Constexpr, sync,
+                  arrival: cute.Tensor):
+    """Stream-K's :func:`reduce_partials`: the tile's piece count is a run-time value (slot
+    ``piece`` of ``max_pieces`` per tile); where this CTA holds the tile's last piece to finish,
+    ``acc`` becomes the sum of all pieces in piece order. Returns whether it did."""
+    regs = cute.size(acc)
+    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
+    tile_elems = regs * threads
+    base = work.iterator + (Int64(tile) * max_pieces * tile_elems + thread)
+    mine = base + Int64(piece) * tile_elems
+    for r in cutlass.range_constexpr(regs):
+        cute.arch.store(mine + r * threads, flat[r])
+    last = arrive(counters, tile, pieces, thread, sync, arrival)
+    if last:
+        for r in cutlass.range_constexpr(regs):
+            flat[r] = cute.arch.load(base + r * threads, Float32, cop="cg")
+        for p in cutlass.range(1, pieces, unroll=1):
+            at = base + Int64(p) * tile_elems
+            for r in cutlass.range_constexpr(regs):
+                flat[r] = flat[r] + cute.arch.load(at + r * threads, Float32, cop="cg")
+    return last
+
+
+@cute.jit
+def stream_k_shares(total: Int32, clusters: Int32, cluster: Int32, k_tiles: Int32):
+    """Stream-K's division of a launch's ``total`` k-tiles over ``clusters`` persistent clusters,
+    seen from ``cluster``: (q, r, begin, end, first tile): the first r clusters take q + 1
+    consecutive k-tiles, the others q; this cluster's are [begin, end), from cluster tile
+    ``first tile`` on. Computed once per CTA, so a work item costs one division (32-bit: 64-bit
+    division is a long subroutine on the GPU, and a work item's is on the mainloop's critical path)."""
+    q = total // clusters
+    r = total - q * clusters
+    begin = cluster * q + cutlass.min(cluster, r)
+    end = begin + q + (cluster < r)
+    return q, r, begin, end, begin // k_tiles
+
+
+@cute.jit
+def share_owner(k_tile: Int32, q: Int32, r: Int32):
+    """Stream-K: the cluster whose share holds the launch's k-tile ``k_tile``."""
+    long_end = r * (q + 1)  # the r shares of q + 1 k-tiles come first
+    owner = r + (k_tile - long_end) // q
+    if k_tile < long_end:
+        owner = k_tile // (q + 1)
+    return owner
+
+
+@cute.jit
+def stream_k_work(idx: Int32, k_tiles: Int32, clusters: Int32, shares):
+    """Stream-K work item ``idx`` = s * clusters + c of cluster c (``shares``: its
+    :func:`stream_k_shares`): the s-th piece of its share -> (cluster tile, first k-tile, k-tiles
+    (<= 0: the share has no such piece), piece of the tile, the tile's pieces). A whole tile is
+    one piece; only the share's first and last pieces look for the tile's other owners.
+    configs.stream_k_shares is the host's copy."""
+    q, r, begin, end, first_tile = shares
+    s = idx // clusters
+    tile = first_tile + s
+    tile_begin = tile * k_tiles
+    first = cutlass.max(begin, tile_begin)
+    count = cutlass.min(end, tile_begin + k_tiles) - first
+    piece = Int32(0)
+    pieces = Int32(1)
+    if count < k_tiles:
+        owner = share_owner(tile_begin, q, r)
+        pieces = share_owner(tile_begin + k_tiles - 1, q, r) - owner + 1
+        piece = idx - s * clusters - owner
+    return tile, first - tile_begin, count, piece, pieces
+
+
+@cute.jit
+def stream_k_max_pieces(k_tiles: Int32, shares):
+    """The most pieces a tile is cut into (configs.stream_k_shares): every share is at least q
+    k-tiles long."""
+    return cutlass.max(k_tiles - 2, Int32(0)) // shares[0] + 2
+
+
 class SplitKUnits:
     """The work-unit methods both kernel families share (``self.cfg.splits`` K slices): methods, so
     a validation mutant can override one (a wrong K range, a wrong slice offset)."""
@@ -142,6 +220,20 @@ class SplitKUnits:
         return unit_k_range(split, k_tiles, self.cfg.splits)
 
     @cute.jit
-    def _unit_k_tiles(self, idx: Int32, tiles: Int32, k_tiles: Int32):
-        split, _ = self._unit(idx, tiles)
-        return self._k_range(split, k_tiles)[1]
+    def _work(self, idx: Int32, tiles: Int32, k_tiles: Int32, units: Int32, clusters: Int32, shares):
+        """Work item ``idx`` of a launch of ``units`` (stream-K: its k-tiles, divided as
+        ``shares`` says, :func:`stream_k_shares`) over ``clusters`` persistent clusters ->
+        (cluster tile, first k-tile, k-tiles, slice or piece, slices or the tile's pieces), for
+        an ``idx`` that :meth:`_has_work`."""
+        if cutlass.const_expr(self.cfg.stream_k):
+            return stream_k_work(idx, k_tiles, clusters, shares)
+        split, tile = self._unit(idx, tiles)
+        first, count = self._k_range(split, k_tiles)
+        return tile, first, count, split, Int32(self.cfg.splits)
+
+    @cute.jit
+    def _has_work(self, idx: Int32, tiles: Int32, k_tiles: Int32, units: Int32, clusters: Int32, shares):
+        """Whether work item ``idx`` exists (:meth:`_work`)."""
+        if cutlass.const_expr(self.cfg.stream_k):
+            return stream_k_work(idx, k_tiles, clusters, shares)[2] > 0
+        return idx < units

@@ -224,7 +224,8 @@ def load_sweep_rows(paths) -> list:
 
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
-                 dtype: str = "bfloat16", checkpoint=None, device: str = "cuda", timer=None) -> list:
+                 dtype: str = "bfloat16", checkpoint=None, device: str = "cuda", timer=None,
+                 stream_k: bool = False) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
@@ -239,7 +240,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     result (into a NaN-poisoned output) is first held to the tolerance policy against float64; a
     wrong one (or one that raises) is logged, left out of the times and listed in the row's
     ``wrong`` {config name: relative L2}, so a table never names it. ``device`` and ``timer`` (ms
-    per call of a function; default CUDA-graph replay) let a CPU test run its logic."""
+    per call of a function; default CUDA-graph replay) let a CPU test run its logic. ``stream_k``:
+    also each unswapped candidate without K slices in its stream-K form (GemmConfig.stream_k; no model
+    ranks those, and on the H100 and H200 they measured slower than the candidates they vary)."""
     import torch
 
     import cutedsl_backend as cb
@@ -257,6 +260,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
     cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
+    if stream_k:
+        cands += list(dict.fromkeys(c.replace(stream_k=True) for c in cands if c.splits == 1 and not c.swap_ab))
 
     def linear(m, n, k):
         return sweep_problem(dtype, m, n, k)[0]

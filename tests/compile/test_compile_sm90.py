@@ -224,19 +224,22 @@ def test_wide_tile_issues_two_wgmmas_per_k_block(dtype, op):
 
 @pytest.mark.parametrize("cfg", [GemmConfig(64, 96, schedule="pingpong", splits=3, a_rows=16),
                                  GemmConfig(128, 128, cluster_m=2, splits=4),
-                                 GemmConfig(64, 256, cluster_n=2, schedule="pingpong", a_rows=8)],
+                                 GemmConfig(64, 256, cluster_n=2, schedule="pingpong", a_rows=8),
+                                 GemmConfig(64, 96, schedule="pingpong", stream_k=True, a_rows=16),
+                                 GemmConfig(128, 192, cluster_m=2, stream_k=True)],
                          ids=lambda c: c.name)
 def test_split_k_and_short_a_loads_compile_with_gates(cfg):
-    """Split-K kernels count arrivals with one global atomic and sum the partials at L2 (.cg loads);
-    nothing spills, whatever the K slices and A rows."""
+    """Split-K and stream-K kernels count arrivals with one global atomic and sum the partials at
+    L2 (.cg loads); nothing spills, whatever the K slices, pieces and A rows."""
     import cutedsl_backend as cb
 
     k = cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False)
     counts = k.sass_counts(("HGMMA", "UTMALDG", "UTMASTG", "LDL", "STL", "ATOMG"))
     assert counts["HGMMA"] and counts["UTMALDG"] and counts["UTMASTG"], counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and k.resources.local_bytes == 0, (counts, k.resources)
-    assert (counts["ATOMG"] > 0) == (cfg.splits > 1), counts
-    assert ("LDG.E.STRONG.GPU" in k.sass() or "LDG.E.STRONG" in k.sass()) == (cfg.splits > 1)
+    partials = cfg.splits > 1 or cfg.stream_k
+    assert (counts["ATOMG"] > 0) == partials, counts
+    assert ("LDG.E.STRONG.GPU" in k.sass() or "LDG.E.STRONG" in k.sass()) == partials
 
 
 @pytest.mark.parametrize("cfg, dtype, spec", [

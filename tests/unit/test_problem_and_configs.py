@@ -308,11 +308,84 @@ def test_edge_aligned_tiles_are_named_keyed_apart_and_sm90a_only():
         edge = cfg.replace(edge=True)
         assert edge.name == cfg.name + "_edge" and GemmConfig.from_name(edge.name) == edge
         assert edge.key() != cfg.key() and edge.shape != cfg.shape
-    assert GemmConfig(128, 128).key() == dataclasses.astuple(GemmConfig(128, 128))[:-2]
-    assert swap.key() == dataclasses.astuple(swap)[:-1]
+    assert GemmConfig(128, 128).key() == dataclasses.astuple(GemmConfig(128, 128))[:-3]
+    assert swap.key() == dataclasses.astuple(swap)[:-2]
+    assert swap.replace(edge=True).key() == dataclasses.astuple(swap.replace(edge=True))[:-1]
     problem = GemmProblem(448, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm100a")
     with pytest.raises(UnsupportedGemmError, match="edge"):
         check_config(GemmConfig(128, 128, arch="sm100a", edge=True), problem)
+
+
+def test_stream_k_configs_are_named_keyed_apart_and_refused_where_not_built():
+    """GemmConfig.stream_k: its own name and key (the others' keys unchanged), sm90a only, never
+    with K slices, and a workspace under 2^31 elements."""
+    from cutedsl_backend.configs import GemmConfig, check_config
+
+    for cfg in (GemmConfig(64, 96, schedule="pingpong", a_rows=16), GemmConfig(128, 192, cluster_m=2, edge=True),
+                GemmConfig(128, 160, splits=2)):
+        sk = cfg.replace(stream_k=True, splits=1)
+        assert sk.name == cfg.replace(splits=1).name + "_sk" and GemmConfig.from_name(sk.name) == sk
+        assert sk.key() == dataclasses.astuple(sk) and sk.key() != cfg.key() and sk.shape != cfg.shape
+    problem = GemmProblem(16, 4608, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    check_config(GemmConfig(64, 96, schedule="pingpong", stream_k=True), problem)
+    with pytest.raises(UnsupportedGemmError, match="stream_k: takes no splits"):
+        check_config(GemmConfig(64, 96, schedule="pingpong", stream_k=True, splits=2), problem)
+    with pytest.raises(UnsupportedGemmError, match="stream_k: not with swap_ab"):
+        check_config(GemmConfig(128, 160, swap_ab=True, stream_k=True), problem.swapped())
+    with pytest.raises(UnsupportedGemmError, match="stream_k: implemented for sm90a only"):
+        check_config(GemmConfig(128, 128, arch="sm100a", stream_k=True),
+                     GemmProblem(16, 4608, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm100a"))
+    with pytest.raises(UnsupportedGemmError, match="stream_k: its workspace"):
+        check_config(GemmConfig(128, 128, stream_k=True),
+                     GemmProblem(65536, 65536, 65536, 1, "bfloat16", "bfloat16", "k", "k", "sm90a"))
+
+
+def _stream_k_pieces(total: int, clusters: int, k_tiles: int) -> dict:
+    """The kernels' stream-K walk (kernels.split_k.stream_k_work), in Python: {tile: [(cluster,
+    first k-tile, k-tiles, piece, pieces)]} over every cluster's work items s * clusters + c."""
+    q, r = divmod(total, clusters)
+    start = lambda c: c * q + min(c, r)  # noqa: E731
+    owner = lambda x: x // (q + 1) if x < r * (q + 1) else r + (x - r * (q + 1)) // q  # noqa: E731
+    out = {}
+    for c in range(clusters):
+        s = 0
+        while True:
+            begin, end = start(c), start(c + 1)
+            tile = begin // k_tiles + s
+            first = max(begin, tile * k_tiles)
+            count = min(end, tile * k_tiles + k_tiles) - first
+            if count <= 0:
+                break
+            first_owner = owner(tile * k_tiles)
+            pieces = owner(tile * k_tiles + k_tiles - 1) - first_owner + 1
+            out.setdefault(tile, []).append((c, first - tile * k_tiles, count, c - first_owner, pieces))
+            s += 1
+    return out
+
+
+@pytest.mark.parametrize("tiles, k_tiles, clusters", [(48, 56, 132), (3, 128, 132), (72, 56, 132), (1, 1, 132),
+                                                      (66, 32, 66), (500, 7, 132), (2, 1, 132), (132, 64, 132)])
+def test_stream_k_shares_cover_every_k_tile_once_in_piece_order(tiles, k_tiles, clusters):
+    """Every tile's k-tiles are covered once, by pieces numbered 0.. in K order and share order,
+    each knowing the tile's piece count; no tile has more pieces than the workspace holds
+    (configs.stream_k_shares), and the shares differ in length by at most one k-tile."""
+    from cutedsl_backend.configs import GemmConfig, stream_k_shares
+
+    cfg = GemmConfig(64, 64, schedule="pingpong", stream_k=True)
+    problem = GemmProblem(64, 64 * tiles, 64 * k_tiles, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    total, launched, max_pieces = stream_k_shares(problem, cfg, clusters)
+    assert total == tiles * k_tiles and launched == min(total, clusters)
+    walk = _stream_k_pieces(total, launched, k_tiles)
+    assert sorted(walk) == list(range(tiles))
+    for tile, pieces in walk.items():
+        assert [p[3] for p in pieces] == list(range(len(pieces))) and {p[4] for p in pieces} == {len(pieces)}
+        assert [p[0] for p in pieces] == sorted(p[0] for p in pieces)
+        ks = [k for _, first, count, _, _ in pieces for k in range(first, first + count)]
+        assert ks == list(range(k_tiles)), tile
+        assert len(pieces) <= max_pieces
+    q, r = divmod(total, launched)
+    lengths = [q + (c < r) for c in range(launched)]
+    assert max(lengths) - min(lengths) <= 1 and min(lengths) >= 1
 
 
 def test_tma_residual_buffers_count_against_shared_memory_on_sm90_only():

@@ -121,3 +121,10 @@ def test_the_decode_sweep_times_the_configs_loading_the_rows_m_needs(monkeypatch
         assert timed and all(name.endswith("_a16") for name in timed)
         widths = {int(name.split("_")[2].split("x")[1]) for name in timed}
         assert widths == {32, 160, *DECODE_MODEL.widths}
+    # --stream-k: each of them without K slices in its stream-K form too
+    rows = ts.sweep_decode(ms=(16,), space="decode", models=["phi3-mini"], log=lambda *a: None, device="cpu",
+                           timer=lambda fn: 1.0, stream_k=True)
+    for row in rows:
+        streamed = {name.removesuffix("_sk") for name in row["times"] if name.endswith("_sk")}
+        unsplit = {name for name in row["times"] if not name.endswith("_sk") and "_k" not in name.split("rn8")[1]}
+        assert streamed and streamed == unsplit
