@@ -1,7 +1,7 @@
 """The kernel disk cache and the compile workers, hardened (CPU only): the cache is private and
 refuses directories or files another user could have written (they would hold native code this
 process links in); entries are written under unique temporary names and a failed write leaves
-nothing behind; one compile per key across threads (the per-key lock); a compile worker that stops
+nothing behind; one compile per key across threads and processes (the per-key lock); a compile worker that stops
 answering is ended after $CUTEDSL_COMPILE_TIMEOUT_S and the next job gets a new worker."""
 
 import os
@@ -114,6 +114,42 @@ def test_one_compile_per_key_across_threads(cache, monkeypatch):
     for t in threads:
         t.join()
     assert overlap == []
+
+
+# get_kernel's protocol under the per-key lock: load the entry if it is there, else compile and
+# store it (the compile stands in as a sleep, the entry as a file: no GPU driver here)
+_COMPILE_ONCE = """
+import os, sys, time
+from cutedsl_backend import compiler, disk_cache
+disk_cache.driver_available = lambda: True
+entry, log = sys.argv[1], sys.argv[2]
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # every process reaches the lock together
+with compiler.STORE.disk.lock("e" * 24):
+    if os.path.exists(entry):
+        outcome = "loaded"
+    else:
+        time.sleep(0.5)
+        with open(entry, "w") as f:
+            f.write(str(os.getpid()))
+        outcome = "compiled"
+with open(log, "a") as f:
+    f.write(outcome + "\\n")
+"""
+
+
+def test_one_compile_per_key_across_processes(cache, tmp_path):
+    """Processes sharing a cache directory that need the same kernel at the same time: one
+    compiles it, the others wait on the key's lock (an flock) and load what it stored."""
+    import subprocess
+    import sys
+
+    entry, log = tmp_path / "entry", tmp_path / "log"
+    start = time.time() + 3.0
+    env = {**os.environ, "CUTEDSL_BACKEND_CACHE_DIR": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_ONCE, str(entry), str(log), str(start)], env=env)
+             for _ in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert sorted(log.read_text().split()) == ["compiled", "loaded", "loaded"]
 
 
 def test_a_stopped_worker_times_out_and_is_replaced(monkeypatch):
