@@ -195,10 +195,10 @@ def planned(problem: GemmProblem, config, a3, b3, out3, result_shape, device, ep
         # the dispatcher's swap-AB pick stores straight into out^T, which this `out` cannot take
         # (rows not 16-byte aligned): the best unswapped config stages it instead
         from .configs import rank_configs
-        from .configs.edge import EDGE_TILES
+        from .configs.as_run import as_run
 
         cfg = next(c for c in rank_configs(problem, epilogue=epi.spec, gpu=gpu) if not c.swap_ab)
-        cfg = EDGE_TILES.apply(cfg, problem, epi.spec)  # as the dispatcher's picks
+        cfg = as_run(cfg, problem, epi.spec)  # as the dispatcher's picks
     if cfg.swap_ab:
         kproblem, ka3, kb3, kout3, kepi = swapped_view(problem, a3, b3, out3, epi, epi_args, device)
         return Plan(kproblem, get_kernel(kproblem, cfg, kepi.spec), ka3, kb3, kout3, result_shape, device, kepi,

@@ -81,6 +81,8 @@ def _bench_inductor_arguments(p):
     p.add_argument("--variants", default="aten+triton,cutedsl cold,cutedsl warm")
     p.add_argument("--blocks", default="mlp,swiglu,attn_out_proj")
     p.add_argument("--kernel-dir", help="our kernel cache root (default: a new temporary folder)")
+    p.add_argument("--pdl", action="store_true",
+                   help="our picks launched as programmatic dependent launches (configs.as_run; not with --isolated)")
     p.add_argument("--isolated", action="store_true", help="each block and variant in a fresh process")
     p.add_argument("--loss-rows", action="store_true",
                    help="with --isolated: add a cold row where every fused chain loses (its GEMM then "
@@ -103,6 +105,12 @@ def _bench_inductor(args, p) -> int:
     blocks = tuple(args.blocks.split(","))
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.pdl:
+        if args.isolated:
+            p.error("--pdl sets this process's dispatch policy: not with --isolated")
+        from ..configs.as_run import DEPENDENT_LAUNCH
+
+        DEPENDENT_LAUNCH.enabled = True
     if args.dynamic:
         from ..validation.bench_dynamic import bench_inductor_dynamic, token_counts_of
 
@@ -140,6 +148,9 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--no-edge-tiles", action="store_true",
                    help="run the picks with their last tiles where the grid puts them, partly past the output's "
                    "edge (default: moved back to end at it, GemmConfig.edge; configs.edge): the other half of that A/B")
+    p.add_argument("--pdl", action="store_true",
+                   help="launch the picks as programmatic dependent launches (GemmConfig.pdl; configs.as_run): "
+                   "the other half of that A/B, whose default is off")
     p.add_argument("--ms", help="these token counts instead of the tag's (comma-separated; e.g. 96,160,320,768,1536 "
                    "between the measured tables' points, for an out-of-sample A/B)")
 
@@ -156,6 +167,10 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.edge import EDGE_TILES
 
         EDGE_TILES.enabled = False
+    if args.pdl:
+        from ..configs.as_run import DEPENDENT_LAUNCH
+
+        DEPENDENT_LAUNCH.enabled = True
     ms = None
     if args.ms:
         try:

@@ -13,11 +13,11 @@ from ..problem import UnsupportedGemmError, dtype_bits
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
 _NAME_FORM = ("<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>]"
-              "[_a<rows>][_swap][_edge][_sk]")
+              "[_a<rows>][_swap][_edge][_sk][_pdl]")
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
-    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?(?P<stream_k>_sk)?")
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?(?P<stream_k>_sk)?(?P<pdl>_pdl)?")
 # split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
 # workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
 MAX_SPLITS = 16
@@ -66,6 +66,11 @@ class GemmConfig:
       is summed as split-K's are (fp32 partials through the workspace, added in share order by
       whichever finishes last: bitwise deterministic for a given GPU, whose SM count sets the
       shares). sm90a, without ``splits``.
+    - ``pdl``: launched as a programmatic dependent launch, so the kernel's prologue (barrier
+      setup, descriptor prefetch) runs while the kernel before it on the stream finishes; the
+      kernel waits for that one's results (``griddepcontrol.wait``) before its first global
+      memory access, and lets the next one start once its loads are issued. What a short launch
+      pays per call, not what it computes. sm90a.
     """
 
     tile_m: int = 128
@@ -84,6 +89,7 @@ class GemmConfig:
     swap_ab: bool = False
     edge: bool = False
     stream_k: bool = False
+    pdl: bool = False
 
     @property
     def name(self) -> str:
@@ -93,16 +99,16 @@ class GemmConfig:
         )
         return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
             f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "") + (
-            "_edge" if self.edge else "") + ("_sk" if self.stream_k else "")
+            "_edge" if self.edge else "") + ("_sk" if self.stream_k else "") + ("_pdl" if self.pdl else "")
 
     def key(self) -> tuple:
         t = dataclasses.astuple(self)
-        if self.stream_k:
-            return t
-        # without stream_k (and edge, swap_ab): the keys that predate those fields
-        if self.edge:
-            return t[:-1]
-        return t[:-2] if self.swap_ab else t[:-3]
+        # the fields added last (swap_ab, edge, stream_k, pdl) only up to the last one set: the
+        # keys of configs without them are the keys that predate them
+        added = [self.swap_ab, self.edge, self.stream_k, self.pdl]
+        while added and not added[-1]:
+            added.pop()
+        return t[:len(t) - 4 + len(added)]
 
     @property
     def shape(self) -> tuple:
@@ -124,10 +130,15 @@ class GemmConfig:
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
                    group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
                    splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]),
-                   edge=bool(g["edge"]), stream_k=bool(g["stream_k"]))
+                   edge=bool(g["edge"]), stream_k=bool(g["stream_k"]), pdl=bool(g["pdl"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)
+
+    def tiling(self) -> "GemmConfig":
+        """This config as tables and tuning sweeps name it: without how the dispatcher runs it
+        (``edge``, ``pdl``: configs.as_run's policies, layered on whichever config is picked)."""
+        return dataclasses.replace(self, edge=False, pdl=False)
 
 
 def natural_tile_k(dtype: str) -> int:

@@ -41,11 +41,6 @@ class EdgeTiles:
         moved = cfg.replace(edge=True)
         return moved if fits(moved, problem, epilogue) else cfg
 
-    def candidates(self, configs, problem, epilogue=None) -> list:
-        """``configs`` (best first) as they run ``problem``, once each: autotune candidates for a
-        static shape, which is the one that runs."""
-        return list(dict.fromkeys(self.apply(c, problem, epilogue) for c in configs))
-
 
 # the process's policy (sweep-shapes --no-edge-tiles turns it off for an A/B run, before any pick:
 # configs.default_config memoizes its picks)

@@ -178,7 +178,7 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
         kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
         peer = sorted(slot["peer"])[len(slot["peer"]) // 2]
         # a table names configs unmoved: the edge policy moves the last tiles of whichever it serves
-        entries.append(MeasuredEntry(n, k, m, GemmConfig.from_name(kept).replace(edge=False), times[best], peer,
+        entries.append(MeasuredEntry(n, k, m, GemmConfig.from_name(kept).tiling(), times[best], peer,
                                      model_ms if math.isfinite(model_ms) else -1.0))
     return MeasuredTable(gpu, arch, operands, source, tuple(entries))
 

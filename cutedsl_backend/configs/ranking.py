@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_class
+from .as_run import as_run
 from .config import DECODE_MAX_M, GemmConfig, decode_a_rows, natural_tile_k
-from .edge import EDGE_TILES
 from .families import family
 from .measured import MEASURED
 from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
@@ -58,11 +58,12 @@ def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -
 def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None, gpu: Optional[str] = None) -> GemmConfig:
     """The pick for ``problem`` (with its ``epilogue`` EpilogueSpec) on GPU model ``gpu`` (None:
     unknown): a measured table's entry or override, else the models' and heuristic's best (see
-    :func:`rank_configs`), its last tiles edge-aligned where configs.edge's policy says so; memoized."""
+    :func:`rank_configs`), run as configs.as_run's policies say (edge-aligned last tiles, dependent
+    launch); memoized."""
     ranked = rank_configs(problem, num_sms=num_sms, epilogue=epilogue, gpu=gpu)
     if not ranked:
         raise UnsupportedGemmError(f"no valid kernel config for {problem.describe()}")
-    return EDGE_TILES.apply(ranked[0], problem, epilogue)
+    return as_run(ranked[0], problem, epilogue)
 
 
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from ..configs import GemmConfig, rank_configs
-from ..configs.edge import EDGE_TILES
+from ..configs.as_run import as_run, candidates_as_run
 from ..epilogue import EpilogueSpec
 from ..problem import (  # noqa: F401  (Operand and Sizes: this module's callers use them from here)
     ALIGN_BYTES,
@@ -72,9 +72,8 @@ class Offer:
             # and as the token counts beside the bucket run it: its last tiles moved or not
             for near in (m - 1, m + 1):
                 if near >= 1:
-                    as_run = EDGE_TILES.apply(cfg.replace(edge=False), dataclasses.replace(problem, m=near),
-                                              self.epilogue)
-                    picks.setdefault(as_run, problem)
+                    picks.setdefault(as_run(cfg.tiling(), dataclasses.replace(problem, m=near), self.epilogue),
+                                     problem)
         return [(problem, cfg) for cfg, problem in picks.items()]
 
     def describe(self) -> str:
@@ -171,7 +170,7 @@ def check_gemm(a: Operand, b: Operand, *, arch: str, sizes: Sizes, out_dtype: Op
     extents = (m, n, k) + ((a.shape[0],) if a.dim == 3 else ())
     dynamic = not all(sizes.is_static(x) for x in extents)
     if not dynamic:  # its candidates' partial last tiles move, as the eager pick's
-        configs = EDGE_TILES.candidates(configs, problem, spec)
+        configs = candidates_as_run(configs, problem, spec)
     return Offer(problem, spec, tuple(configs), dynamic=dynamic, gpu=gpu)
 
 

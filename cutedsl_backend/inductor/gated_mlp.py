@@ -323,7 +323,7 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
     a, w_gate, w_up, then the bias, or with ``scaled`` = (out_dtype, fast_accum) the three FP8
     scales), or raises UnsupportedGemmError naming the rule."""
     from ..configs import rank_configs
-    from ..configs.edge import EDGE_TILES
+    from ..configs.as_run import candidates_as_run
     from ..problem import INPUT_DTYPES_FP8, GemmProblem, check_aligned, operand_major
     from .choices import device_arch
     from .eligibility import num_sms, operand_from_ir
@@ -372,7 +372,7 @@ def offer(inputs, activation: str, device, sizes, scaled: Optional[tuple] = None
         raise UnsupportedGemmError(f"no config takes the gated epilogue for {problem.describe()}")
     dynamic = not all(sizes.is_static(x) for x in (m, n, k))
     if not dynamic:  # its candidates' partial last tiles move, as the eager pick's
-        configs = EDGE_TILES.candidates(configs, problem, spec)
+        configs = candidates_as_run(configs, problem, spec)
     return problem, spec, configs, dynamic
 
 

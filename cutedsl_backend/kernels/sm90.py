@@ -181,6 +181,10 @@ class Sm90Gemm(Sm90Launch):
         extent_n = cute.size(mC_mnl, mode=[1])
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+        if cutlass.const_expr(self.cfg.pdl):
+            # launched before the kernel ahead of it finished: its results (our inputs, the
+            # workspace's counters) and its reads of what we overwrite are done after this
+            cute.arch.griddepcontrol_wait()
 
         group = self.cfg.group
         raster_m = self.cfg.raster == "m"
@@ -231,6 +235,8 @@ class Sm90Gemm(Sm90Launch):
                         ab_pipeline.producer_commit(state)
                         state.advance()
                     idx += num_persistent
+                if cutlass.const_expr(self.cfg.pdl):
+                    cute.arch.griddepcontrol_launch_dependents()  # every load issued: the next kernel may set up
                 ab_pipeline.producer_tail(state)
         else:
             # ------------------------------------------------ math warp groups

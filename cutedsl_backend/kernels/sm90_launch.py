@@ -157,6 +157,7 @@ class Sm90Launch(SplitKUnits):
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,
             stream=stream,
+            use_pdl=self.cfg.pdl,
         )
 
     @staticmethod

@@ -29,9 +29,9 @@ def replay(rows: list, gpu: Optional[str] = None) -> dict:
     for row in rows:
         # (rows of sweeps from before the dtype field: bf16, their only mode)
         problem, spec = sweep_problem(row.get("dtype", "bfloat16"), row["m"], row["n"], row["k"])
-        # the sweeps time candidates with their tiles unmoved; the pick's moved tiles (configs.edge)
-        # are the same config to a model that ranks them
-        now = default_config(problem, epilogue=spec, gpu=gpu).replace(edge=False)
+        # the sweeps time candidates as tiled; the pick as run (configs.as_run: moved tiles,
+        # dependent launch) is the same config to a model that ranks them
+        now = default_config(problem, epilogue=spec, gpu=gpu).tiling()
         times = row["times"]
         if now.name not in times or row["pick"] not in times:
             missing.append({"m": row["m"], "n": row["n"], "k": row["k"], "config": now.name})

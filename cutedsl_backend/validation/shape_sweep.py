@@ -241,7 +241,7 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
         p = make_problem(m, n, k, dtype=dtype, b_major="k")
     cfg = default_config(p, epilogue=spec, gpu=gpu)
     entry = MEASURED.entry(p, gpu, spec)
-    if entry is not None and entry.config == cfg.replace(edge=False) and cfg != default_config(p, epilogue=spec):
+    if entry is not None and entry.config == cfg.tiling() and cfg != default_config(p, epilogue=spec):
         return cfg.name, "measured table", entry.m
     return cfg.name, "models", None
 

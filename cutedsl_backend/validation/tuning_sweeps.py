@@ -300,9 +300,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
                     return lambda: cb.gemm(a, w.t(), config=c, out=o)
             peer_runs = [peer()]
             problem = linear(m, n, k)
-            # the models' pick as the candidates are timed: last tiles unmoved (configs.edge moves
-            # them on top of whichever config a table names)
-            pick = default_config(problem, epilogue=spec).replace(edge=False)
+            # the models' pick as the candidates are timed: as tiled (configs.as_run's policies,
+            # moved tiles and dependent launch, go on top of whichever config a table names)
+            pick = default_config(problem, epilogue=spec).tiling()
             extra = [pick]
             if space == "swap":  # and what the ranking would run unswapped, which a swap pick replaces
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab))
@@ -396,7 +396,7 @@ def sweep_gated(ms=(16, 128, 512, 2048, 4096), n=14336, k=4096, dtype="bfloat16"
         out = torch.empty(m, n, device=dev, dtype=tdt)
         problem = GemmProblem(m, 2 * n, k, 1, dtype, dtype, "k", "k", arch)
         cands = gated_candidates(problem, spec)
-        pick = default_config(problem, epilogue=spec).replace(edge=False)  # as the candidates: unmoved
+        pick = default_config(problem, epilogue=spec).tiling()  # as the candidates: as tiled
         fresh = [c for c in cands if c.name not in compiled]
         failed = {r[0] for r in precompile([(problem, c, spec) for c in fresh], workers) if r[2]}
         compiled.update(c.name for c in fresh if c.name not in failed)

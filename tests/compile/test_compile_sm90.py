@@ -310,3 +310,35 @@ def test_edge_aligned_last_tiles_compile_with_the_gates(cfg, dtype, spec, gated)
     assert counts["LDL"] == 0 and counts["STL"] == 0 and moved.resources.local_bytes == 0, (counts, moved.resources)
     assert moved.sass() != plain.sass()
     assert moved.compile_seconds <= BUDGET["cell_max_s"], moved.compile_seconds
+
+
+_GLOBAL_ACCESS = ("UTMALDG", "UTMASTG", "UBLKCP", "LDG", "STG", "ATOMG", "RED", "ATOM")
+
+
+def _opcodes(sass: str) -> list:
+    """The opcodes of a SASS listing, in code order (predicates dropped)."""
+    import re
+
+    ops = []
+    for line in sass.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            ops.append(m.group(1))
+    return ops
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(64, 96, schedule="pingpong", splits=2, a_rows=16),
+                                 GemmConfig(128, 256, cluster_m=2)], ids=lambda c: c.name)
+def test_dependent_launch_waits_before_its_first_global_access(cfg):
+    """GemmConfig.pdl: griddepcontrol.wait (ACQBULK) comes before every global load, store, TMA
+    copy and atomic in the code (the kernel before it may still be writing our inputs or reading
+    what we overwrite), launch_dependents (PREEXIT) is issued; a config without pdl has neither."""
+    import cutedsl_backend as cb
+
+    ops = _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg.replace(pdl=True),
+                                   use_cache=False).sass())
+    first_global = min(i for i, op in enumerate(ops) if op.startswith(_GLOBAL_ACCESS))
+    assert "ACQBULK" in ops and ops.index("ACQBULK") < first_global
+    assert "PREEXIT" in ops
+    plain = _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False).sass())
+    assert "ACQBULK" not in plain and "PREEXIT" not in plain
