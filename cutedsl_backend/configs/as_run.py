@@ -34,6 +34,12 @@ class DependentLaunch:
 DEPENDENT_LAUNCH = DependentLaunch()
 
 
+def policy_tag() -> str:
+    """Which of these policies are on (caches of choices made under them key on it: the configs
+    they name differ)."""
+    return f"edge{int(EDGE_TILES.enabled)}-pdl{int(DEPENDENT_LAUNCH.enabled)}"
+
+
 def as_run(cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
     """``cfg`` as the dispatcher runs it on ``problem``: its last tiles moved where configs.edge
     says so, launched as a dependent launch where that policy is on."""

@@ -230,7 +230,9 @@ def aten_only_where_lost(templates: list) -> list:
 
 def settings_tag() -> str:
     """The settings that change the code our lowerings produce, for the FX graph cache keys."""
-    return f"unfused:{unfused_gemm_backends() or 'inductor'};gated:{int(STATE.gated_mlp)}"
+    from ..configs.as_run import policy_tag
+
+    return f"unfused:{unfused_gemm_backends() or 'inductor'};gated:{int(STATE.gated_mlp)};{policy_tag()}"
 
 
 class CuteDSLChoices(InductorChoices):

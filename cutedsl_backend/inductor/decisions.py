@@ -35,12 +35,15 @@ def path() -> Path:
 
 def key(op: str, offer, device_name: str) -> str:
     """The problem a decision is about: a dynamic offer (the per-call dispatcher) and a static one
-    at the same size hint are different decisions, and so are FP8's two accumulation modes."""
+    at the same size hint are different decisions, and so are FP8's two accumulation modes and
+    choices made under other dispatch policies (configs.as_run: the configs they name differ)."""
     import torch
+
+    from ..configs.as_run import policy_tag
 
     return json.dumps([device_name, torch.__version__, op, offer.problem.describe(), offer.epilogue.key(),
                        "dynamic" if offer.dynamic else "static",
-                       "fast_accum" if offer.problem.fast_accum else "precise_accum"], default=str)
+                       "fast_accum" if offer.problem.fast_accum else "precise_accum", policy_tag()], default=str)
 
 
 def _load(p: Path) -> dict:

@@ -312,33 +312,46 @@ def test_edge_aligned_last_tiles_compile_with_the_gates(cfg, dtype, spec, gated)
     assert moved.compile_seconds <= BUDGET["cell_max_s"], moved.compile_seconds
 
 
-_GLOBAL_ACCESS = ("UTMALDG", "UTMASTG", "UBLKCP", "LDG", "STG", "ATOMG", "RED", "ATOM")
+# global memory's opcodes (CCTL: the residual's L2 prefetch; _opcodes leaves out CCTL.IVALL, an
+# invalidate the kernels issue ahead of the wait)
+_GLOBAL_ACCESS = ("UTMALDG", "UTMASTG", "UTMAPF", "UBLKCP", "UBLKPF", "LDG", "STG", "ATOMG", "RED", "ATOM", "CCTL")
 
 
 def _opcodes(sass: str) -> list:
-    """The opcodes of a SASS listing, in code order (predicates dropped)."""
+    """The opcodes of a SASS listing, in code order (predicates dropped; CCTL.IVALL, a cache
+    invalidate that touches no memory, left out)."""
     import re
 
     ops = []
     for line in sass.splitlines():
-        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
-        if m:
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.\S+)?", line)
+        if m and not (m.group(1) == "CCTL" and (m.group(2) or "").startswith(".IVALL")):
             ops.append(m.group(1))
     return ops
 
 
-@pytest.mark.parametrize("cfg", [GemmConfig(64, 96, schedule="pingpong", splits=2, a_rows=16),
-                                 GemmConfig(128, 256, cluster_m=2)], ids=lambda c: c.name)
-def test_dependent_launch_waits_before_its_first_global_access(cfg):
+@pytest.mark.parametrize("cfg, spec", [
+    (GemmConfig(64, 96, schedule="pingpong", splits=2, a_rows=16), None),
+    (GemmConfig(128, 256, cluster_m=2), None),
+    # epilogue reads of global memory: a bias, a gathered residual (and its L2 prefetch), split-K
+    (GemmConfig(128, 128, splits=3), EpilogueSpec(bias="col", residual=True, residual_dtype="bfloat16",
+                                                  residual_aligned=False)),
+    (GemmConfig(128, 192, cluster_m=2, stream_k=True), EpilogueSpec(residual=True, residual_dtype="bfloat16")),
+], ids=lambda c: c.name if isinstance(c, GemmConfig) else "")
+def test_dependent_launch_waits_before_its_first_global_access(cfg, spec):
     """GemmConfig.pdl: griddepcontrol.wait (ACQBULK) comes before every global load, store, TMA
-    copy and atomic in the code (the kernel before it may still be writing our inputs or reading
-    what we overwrite), launch_dependents (PREEXIT) is issued; a config without pdl has neither."""
+    copy, prefetch and atomic in the code (the kernel before it may still be writing our inputs or
+    reading what we overwrite), launch_dependents (PREEXIT) is issued; a config without pdl has
+    neither."""
     import cutedsl_backend as cb
 
-    ops = _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg.replace(pdl=True),
-                                   use_cache=False).sass())
+    def build(c):
+        return _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=c, use_cache=False,
+                                        epilogue=spec).sass())
+
+    ops = build(cfg.replace(pdl=True))
     first_global = min(i for i, op in enumerate(ops) if op.startswith(_GLOBAL_ACCESS))
     assert "ACQBULK" in ops and ops.index("ACQBULK") < first_global
     assert "PREEXIT" in ops
-    plain = _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False).sass())
+    plain = build(cfg)
     assert "ACQBULK" not in plain and "PREEXIT" not in plain

@@ -41,7 +41,13 @@ def test_a_chain_reads_each_result_before_it(cfg, graph):
             h = cb.gemm(h, w.t(), config=cfg, out=o)
 
     chain()
-    if graph:
+    torch.cuda.synchronize()
+    for o in outs:
+        o.fill_(float("nan"))
+    if not graph:
+        torch.cuda._sleep(50_000_000)  # the GPU busy while the host queues the chain: launches back to back
+        chain()
+    else:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured):
             chain()
@@ -55,22 +61,30 @@ def test_a_chain_reads_each_result_before_it(cfg, graph):
         assert m_["ok"], (i, m_)
 
 
+@pytest.mark.epilogue("fused")
 @pytest.mark.parametrize("cfg", PDL, ids=lambda c: c.name)
 def test_a_launch_does_not_overwrite_what_the_one_before_still_reads(cfg):
-    """y_i = x_i W^T, then x_i's buffer overwritten by the next launch's output: every y right."""
+    """y = x W^T + r with a long K, then a short-K launch that writes into r: launched early, it
+    would finish before the first one's epilogue reads r (a write-after-read hazard)."""
     g = torch.Generator(device="cuda").manual_seed(SEED + 1)
     m = 16 if cfg.a_rows else 200
-    (w,) = _weights(2048, 2048, 1, g)
-    xs = [torch.randn(m, 2048, device="cuda", generator=g).to(torch.bfloat16) for _ in range(6)]
-    kept = [x.clone() for x in xs]
-    ys = [torch.full((m, 2048), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in xs]
-    for i in range(len(xs)):
-        cb.gemm(xs[i], w.t(), config=cfg, out=ys[i])
-        if i + 1 < len(xs):
-            cb.gemm(kept[i + 1], w.t(), config=cfg, out=xs[i])  # overwrites what launch i reads
+    (w_long,) = _weights(1024, 16384, 1, g)
+    (w_short,) = _weights(1024, 64, 1, g)
+    x_long = torch.randn(m, 16384, device="cuda", generator=g).to(torch.bfloat16)
+    x_short = torch.randn(m, 64, device="cuda", generator=g).to(torch.bfloat16)
+    rs = [torch.randn(m, 1024, device="cuda", generator=g).to(torch.bfloat16) for _ in range(6)]
+    kept = [r.clone() for r in rs]
+    ys = [torch.full((m, 1024), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in rs]
+    torch.cuda._sleep(50_000_000)  # launches queue back to back
+    for r, y in zip(rs, ys):
+        cb.gemm(x_long, w_long.t(), residual=r, config=cfg, out=y)
+        cb.gemm(x_short, w_short.t(), config=cfg, out=r)  # overwrites the residual the launch before reads
     torch.cuda.synchronize()
-    for i, (x, y) in enumerate(zip(kept, ys)):
-        m_ = compare(y, x.double() @ w.double().t(), "bfloat16", 2048)
+    ref = x_long.double() @ w_long.double().t()
+    for i, (r, y) in enumerate(zip(kept, ys)):
+        m_ = compare(y, ref + r.double(), "bfloat16", 16384)
+        assert m_["ok"], (i, m_)
+        m_ = compare(rs[i], x_short.double() @ w_short.double().t(), "bfloat16", 64)
         assert m_["ok"], (i, m_)
 
 
@@ -80,6 +94,10 @@ def test_the_dispatchers_picks_with_the_policy_on(monkeypatch):
     from cutedsl_backend.configs import default_config
     from cutedsl_backend.configs.as_run import DEPENDENT_LAUNCH
     from cutedsl_backend.plan import PLANS
+    from cutedsl_backend.problem import GemmProblem
+
+    def linear(m):
+        return GemmProblem(m, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
 
     monkeypatch.setattr(DEPENDENT_LAUNCH, "enabled", True)
     default_config.cache_clear()
@@ -88,6 +106,7 @@ def test_the_dispatchers_picks_with_the_policy_on(monkeypatch):
         g = torch.Generator(device="cuda").manual_seed(SEED + 2)
         (w,) = _weights(4096, 4096, 1, g)
         for m in (1, 16, 64, 96, 200, 449, 2048):
+            assert default_config(linear(m)).pdl, m
             x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
             out = torch.full((m, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
             for _ in range(3):

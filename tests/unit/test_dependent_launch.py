@@ -65,3 +65,18 @@ def test_a_dynamic_offers_bucket_kernels_launch_as_the_dispatcher_runs_them(pdl_
     pairs = Offer(linear(40), EpilogueSpec(), (), dynamic=True).dispatch_buckets()
     assert pairs and all(cfg.pdl for _, cfg in pairs)
     assert {cfg.tiling() for _, cfg in pairs} & {default_config(linear(m)).tiling() for m in (64, 512)}
+
+
+def test_caches_of_choices_key_on_the_policies(monkeypatch):
+    """Inductor's FX graph cache tag and its stored autotune decisions differ with the policy on
+    (a stored choice names its configs as run)."""
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.inductor import decisions
+    from cutedsl_backend.inductor.choices import settings_tag
+    from cutedsl_backend.inductor.eligibility import Offer
+
+    offer = Offer(linear(448), EpilogueSpec(), (), dynamic=False)
+    off = (settings_tag(), decisions.key("gemm", offer, "NVIDIA H100"))
+    monkeypatch.setattr(DEPENDENT_LAUNCH, "enabled", True)
+    on = (settings_tag(), decisions.key("gemm", offer, "NVIDIA H100"))
+    assert off[0] != on[0] and off[1] != on[1]
