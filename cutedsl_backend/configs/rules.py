@@ -82,8 +82,6 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError(
                 f"splits {cfg.splits}: more K slices than the {k_tiles} k-tiles of K={problem.k} "
                 "(a slice would be empty)")
-    if cfg.pdl and cfg.arch != "sm90a":
-        raise UnsupportedGemmError(f"pdl: programmatic dependent launch is implemented for sm90a only, not {cfg.arch}")
     if cfg.stream_k:
         if not fam.split_k or cfg.arch != "sm90a":
             raise UnsupportedGemmError(f"stream_k: implemented for sm90a only, not {cfg.arch}")

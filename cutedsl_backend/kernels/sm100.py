@@ -160,6 +160,7 @@ class Sm100Gemm(SplitKUnits):
             cluster=(self.cfg.cluster_m, self.cfg.cluster_n, 1),
             min_blocks_per_mp=1,  # one persistent CTA per SM: let the compiler use the registers
             stream=stream,
+            use_pdl=self.cfg.pdl,
         )
 
     # ---------------------------------------------------------------- device side
@@ -270,6 +271,8 @@ class Sm100Gemm(SplitKUnits):
         acc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_buffers))
 
         pipeline_init_wait(cluster_shape_mn=cluster_layout_vmnk)
+        if cutlass.const_expr(self.cfg.pdl):
+            cute.arch.griddepcontrol_wait()  # as the sm90 kernel: the kernel before us is done after this
         group = self.cfg.group
         raster_m = self.cfg.raster == "m"
 
@@ -304,6 +307,8 @@ class Sm100Gemm(SplitKUnits):
                     if handle.count + 1 < k_count:
                         peek = ab_producer.try_acquire()
                 idx += num_persistent
+            if cutlass.const_expr(self.cfg.pdl):
+                cute.arch.griddepcontrol_launch_dependents()  # every load issued: the next kernel may set up
             ab_producer.tail()
 
         if warp_idx == MMA_WARP:

@@ -10,6 +10,8 @@ from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
 from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import REQUIRED_SASS
 
+from .sass import assert_waits_first, opcodes
+
 pytestmark = pytest.mark.compile
 CELLS = [("bfloat16", "bfloat16", "k", "n"), ("float16", "float32", "m", "k")]
 
@@ -118,3 +120,19 @@ def test_the_shared_memory_rule_counts_the_epilogue_tile_the_kernel_allocates():
             assert tuple(dsl) == sm100_epilogue_tile(cfg, bits, c_major, gated), (cfg.name, bits, c_major, gated)
             checked += 1
     assert checked >= 300
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 128, arch="sm100a", splits=3),
+                                 GemmConfig(256, 128, cluster_m=2, arch="sm100a", two_cta=True)], ids=lambda c: c.name)
+def test_sm100_dependent_launch_waits_before_its_first_global_access(cfg):
+    """GemmConfig.pdl on sm100a, as on sm90a (tests/compile/test_compile_sm90.py): the wait before
+    every global access, launch_dependents issued, neither without pdl. Compile-verified only."""
+    import cutedsl_backend as cb
+
+    spec = EpilogueSpec(bias="col", bias_dtype="bfloat16")
+
+    def build(c):
+        return opcodes(cb.compile_gemm(16, 4104, 4096, dtype="bfloat16", arch="sm100a", b_major="k", config=c,
+                                       epilogue=spec, use_cache=False).sass())
+
+    assert_waits_first(build(cfg.replace(pdl=True)), build(cfg))

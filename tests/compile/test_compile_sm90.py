@@ -12,6 +12,8 @@ from cutedsl_backend.epilogue import EpilogueSpec
 from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import REQUIRED_SASS
 
+from .sass import assert_waits_first, opcodes
+
 pytestmark = pytest.mark.compile
 BUDGET = load_budgets()["families"]["sm90a/gemm"]
 
@@ -312,24 +314,6 @@ def test_edge_aligned_last_tiles_compile_with_the_gates(cfg, dtype, spec, gated)
     assert moved.compile_seconds <= BUDGET["cell_max_s"], moved.compile_seconds
 
 
-# global memory's opcodes (CCTL: the residual's L2 prefetch; _opcodes leaves out CCTL.IVALL, an
-# invalidate the kernels issue ahead of the wait)
-_GLOBAL_ACCESS = ("UTMALDG", "UTMASTG", "UTMAPF", "UBLKCP", "UBLKPF", "LDG", "STG", "ATOMG", "RED", "ATOM", "CCTL")
-
-
-def _opcodes(sass: str) -> list:
-    """The opcodes of a SASS listing, in code order (predicates dropped; CCTL.IVALL, a cache
-    invalidate that touches no memory, left out)."""
-    import re
-
-    ops = []
-    for line in sass.splitlines():
-        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.\S+)?", line)
-        if m and not (m.group(1) == "CCTL" and (m.group(2) or "").startswith(".IVALL")):
-            ops.append(m.group(1))
-    return ops
-
-
 @pytest.mark.parametrize("cfg, spec", [
     (GemmConfig(64, 96, schedule="pingpong", splits=2, a_rows=16), None),
     (GemmConfig(128, 256, cluster_m=2), None),
@@ -346,12 +330,7 @@ def test_dependent_launch_waits_before_its_first_global_access(cfg, spec):
     import cutedsl_backend as cb
 
     def build(c):
-        return _opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=c, use_cache=False,
+        return opcodes(cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=c, use_cache=False,
                                         epilogue=spec).sass())
 
-    ops = build(cfg.replace(pdl=True))
-    first_global = min(i for i, op in enumerate(ops) if op.startswith(_GLOBAL_ACCESS))
-    assert "ACQBULK" in ops and ops.index("ACQBULK") < first_global
-    assert "PREEXIT" in ops
-    plain = build(cfg)
-    assert "ACQBULK" not in plain and "PREEXIT" not in plain
+    assert_waits_first(build(cfg.replace(pdl=True)), build(cfg))

@@ -9,7 +9,7 @@ import pytest
 
 from cutedsl_backend.configs import GemmConfig, check_config, default_config
 from cutedsl_backend.configs.as_run import DEPENDENT_LAUNCH, DependentLaunch, as_run, candidates_as_run
-from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+from cutedsl_backend.problem import GemmProblem
 
 
 def linear(m, n=4096, k=4096, arch="sm90a"):
@@ -25,7 +25,7 @@ def pdl_on(monkeypatch):
     default_config.cache_clear()
 
 
-def test_named_keyed_apart_and_sm90a_only():
+def test_named_keyed_apart_and_both_families_take_it():
     cfg = GemmConfig(64, 96, schedule="pingpong", splits=2, a_rows=16)
     pdl = cfg.replace(pdl=True)
     assert pdl.name == cfg.name + "_pdl" and GemmConfig.from_name(pdl.name) == pdl
@@ -33,8 +33,7 @@ def test_named_keyed_apart_and_sm90a_only():
     assert pdl.shape == cfg.shape  # the same computation per CTA
     assert pdl.tiling() == cfg and cfg.replace(edge=True, pdl=True).tiling() == cfg
     check_config(pdl, linear(16))
-    with pytest.raises(UnsupportedGemmError, match="pdl: programmatic dependent launch is implemented for sm90a"):
-        check_config(GemmConfig(128, 128, arch="sm100a", pdl=True), linear(512, arch="sm100a"))
+    check_config(GemmConfig(128, 128, arch="sm100a", pdl=True), linear(512, arch="sm100a"))
 
 
 def test_off_by_default_the_picks_are_unchanged():

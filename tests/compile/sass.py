@@ -1,0 +1,28 @@
+"""SASS listings read as opcodes, for the compile gates of both kernel families."""
+
+import re
+
+# global memory's opcodes (CCTL: the residual's L2 prefetch; opcodes leaves out CCTL.IVALL, an
+# invalidate the kernels issue ahead of the wait)
+GLOBAL_ACCESS = ("UTMALDG", "UTMASTG", "UTMAPF", "UBLKCP", "UBLKPF", "LDG", "STG", "ATOMG", "RED", "ATOM", "CCTL")
+
+
+def opcodes(sass: str) -> list:
+    """The opcodes of a SASS listing, in code order (predicates dropped; CCTL.IVALL, a cache
+    invalidate that touches no memory, left out)."""
+    ops = []
+    for line in sass.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.\S+)?", line)
+        if m and not (m.group(1) == "CCTL" and (m.group(2) or "").startswith(".IVALL")):
+            ops.append(m.group(1))
+    return ops
+
+
+def assert_waits_first(ops: list, plain: list) -> None:
+    """A dependent launch (GemmConfig.pdl) waits for the kernel before it (griddepcontrol.wait:
+    ACQBULK) before any global access in ``ops`` and lets the next one launch (PREEXIT); the
+    same kernel without pdl (``plain``) has neither."""
+    first_global = min(i for i, op in enumerate(ops) if op.startswith(GLOBAL_ACCESS))
+    assert "ACQBULK" in ops and ops.index("ACQBULK") < first_global, (ops.index("ACQBULK"), first_global)
+    assert "PREEXIT" in ops
+    assert "ACQBULK" not in plain and "PREEXIT" not in plain
