@@ -76,22 +76,34 @@ def load_sum(frag: cute.Tensor, work: cute.Tensor, tile: Int32, part: Int32, spl
 
 
 @cute.jit
+def _publish(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, slot: Int32, slots,
+             count, thread: Int32, threads: cutlass.Constexpr, sync, arrival: cute.Tensor):
+    """Store this thread's whole accumulator to slot ``slot`` of the tile's ``slots`` and count it
+    on the tile's counter, which ``count`` arrivals complete (:func:`arrive`): split-K's slices and
+    stream-K's pieces alike. Returns (``acc`` flat, this thread's element of the tile's slot 0,
+    the elements of a slot, whether this CTA's arrival completed the count)."""
+    regs = cute.size(acc)
+    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
+    tile_elems = regs * threads
+    base = work.iterator + (Int64(tile) * slots * tile_elems + thread)
+    mine = base + Int64(slot) * tile_elems
+    for r in cutlass.range_constexpr(regs):
+        cute.arch.store(mine + r * threads, flat[r])
+    return flat, base, tile_elems, arrive(counters, tile, count, thread, sync, arrival)
+
+
+@cute.jit
 def reduce_partials(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, tile: Int32, split: Int32,
                     splits: cutlass.Constexpr, thread: Int32, threads: cutlass.Constexpr, sync,
                     arrival: cute.Tensor):
     """The whole accumulator at once (sm90a: it is in registers, one part): store this slice's
     ``acc``, count it (:func:`arrive`), and where this CTA holds the tile's last slice replace
     ``acc`` with the sum of all slices in slice order (as :func:`load_sum`). Returns whether it
-    did. (Its stores and loads are written out rather than :func:`store_partial` /
-    :func:`load_sum`: those address a part and change the generated code the H200 verified.)"""
+    did. (Written with :func:`_publish` rather than :func:`store_partial` / :func:`load_sum`: those
+    address a part and change the generated code the H200 verified.)"""
     regs = cute.size(acc)
-    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
-    tile_elems = regs * threads
-    base = work.iterator + (Int64(tile) * splits * tile_elems + thread)
-    mine = base + Int64(split) * tile_elems
-    for r in cutlass.range_constexpr(regs):
-        cute.arch.store(mine + r * threads, flat[r])
-    last = arrive(counters, tile, splits, thread, sync, arrival)
+    flat, base, tile_elems, last = _publish(acc, work, counters, tile, split, splits, splits, thread, threads, sync,
+                                            arrival)
     if last:
         for r in cutlass.range_constexpr(regs):
             total = cute.arch.load(base + r * threads, Float32, cop="cg")
@@ -135,13 +147,8 @@ def reduce_pieces(acc: cute.Tensor, work: cute.Tensor, counters: cute.Tensor, ti
     ``piece`` of ``max_pieces`` per tile); where this CTA holds the tile's last piece to finish,
     ``acc`` becomes the sum of all pieces in piece order. Returns whether it did."""
     regs = cute.size(acc)
-    flat = cute.make_tensor(acc.iterator, cute.make_layout(regs))
-    tile_elems = regs * threads
-    base = work.iterator + (Int64(tile) * max_pieces * tile_elems + thread)
-    mine = base + Int64(piece) * tile_elems
-    for r in cutlass.range_constexpr(regs):
-        cute.arch.store(mine + r * threads, flat[r])
-    last = arrive(counters, tile, pieces, thread, sync, arrival)
+    flat, base, tile_elems, last = _publish(acc, work, counters, tile, piece, max_pieces, pieces, thread, threads,
+                                            sync, arrival)
     if last:
         for r in cutlass.range_constexpr(regs):
             flat[r] = cute.arch.load(base + r * threads, Float32, cop="cg")

@@ -41,6 +41,21 @@ def check_config_over_shapes(cfg, dtype: str, layout, shapes, seed, also_fresh=F
             assert torch.equal(cb.gemm(a, b, config=cfg), out), (L, M, N, K)
 
 
+def check_bitwise_deterministic(cfg, m: int, n: int, k: int, seed, repeats: int = 50):
+    """``gemm(a, b, config=cfg)`` (bf16, both row-major (M, K) and (N, K)^T) ``repeats`` more
+    times: the same bits every time (which CTA finishes a tile last varies from launch to launch),
+    and right against float64."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation.tolerances import compare
+
+    a, b, _ = layout_operands(1, m, n, k, torch.bfloat16, "k", "k", seed=seed)
+    first = cb.gemm(a[0], b[0], config=cfg)
+    for _ in range(repeats):
+        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), first)
+    m_ = compare(first, a[0].double() @ b[0].double(), "bfloat16", k)
+    assert m_["ok"], m_
+
+
 def check_fused_epilogue(cfg, shape, seed, aligned: bool, activation: str = "gelu_tanh", bias_kind: str = "col"):
     """``gemm(a, b, bias=, residual=, activation=, alpha=0.5, beta=2.0, config=cfg)`` on (L, M, N,
     K) ``shape`` (bf16, A row-major, B row-major) into a NaN-poisoned ``out``, against float64:

@@ -15,7 +15,13 @@ from cutedsl_backend.epilogue import reference  # noqa: E402
 from cutedsl_backend.validation.bench import graph_of  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare, compare_fp8  # noqa: E402
 
-from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm, each_layout  # noqa: E402
+from .operands import (  # noqa: E402
+    check_bitwise_deterministic,
+    check_config_over_shapes,
+    check_fused_epilogue,
+    check_scaled_mm,
+    each_layout,
+)
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -73,13 +79,7 @@ def test_split_k_fp8(kind, fast, cfg):
 
 def test_split_k_bitwise_deterministic():
     """Many launches (which CTA finishes a tile last varies from launch to launch): the same bits."""
-    a, b, _ = operands(1, 16, 4096, 8192, torch.bfloat16, "k", "k", seed=SEED)
-    cfg = GemmConfig(64, 64, schedule="pingpong", splits=8)
-    first = cb.gemm(a[0], b[0], config=cfg)
-    for _ in range(50):
-        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), first)
-    m = compare(first, a[0].double() @ b[0].double(), "bfloat16", 8192)
-    assert m["ok"], m
+    check_bitwise_deterministic(GemmConfig(64, 64, schedule="pingpong", splits=8), 16, 4096, 8192, SEED)
 
 
 def test_split_k_counters_reset_across_shapes_and_streams():

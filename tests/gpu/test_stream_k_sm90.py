@@ -13,7 +13,13 @@ import cutedsl_backend as cb  # noqa: E402
 from cutedsl_backend.configs import GemmConfig  # noqa: E402
 from cutedsl_backend.validation.tolerances import compare  # noqa: E402
 
-from .operands import check_config_over_shapes, check_fused_epilogue, check_scaled_mm, each_layout  # noqa: E402
+from .operands import (  # noqa: E402
+    check_bitwise_deterministic,
+    check_config_over_shapes,
+    check_fused_epilogue,
+    check_scaled_mm,
+    each_layout,
+)
 from .operands import layout_operands as operands  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
@@ -62,13 +68,7 @@ def test_stream_k_fp8(kind, fast, cfg, mnk):
 
 def test_stream_k_bitwise_deterministic():
     """Many launches (which CTA finishes a tile last varies): the same bits, and right."""
-    a, b, _ = operands(1, 16, 4608, 3584, torch.bfloat16, "k", "k", seed=SEED)
-    cfg = STREAM_K[0]
-    first = cb.gemm(a[0], b[0], config=cfg)
-    for _ in range(50):
-        assert torch.equal(cb.gemm(a[0], b[0], config=cfg), first)
-    m = compare(first, a[0].double() @ b[0].double(), "bfloat16", 3584)
-    assert m["ok"], m
+    check_bitwise_deterministic(STREAM_K[0], 16, 4608, 3584, SEED)
 
 
 def test_stream_k_counters_reset_across_shapes_and_configs():
