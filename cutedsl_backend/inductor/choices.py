@@ -12,6 +12,7 @@ from the FX graph cache in a fresh process finds them.
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Optional
 
 import torch
@@ -29,16 +30,19 @@ aten = torch.ops.aten
 
 
 
-class _Reordered:
-    """Our op with the arguments in the lowering's order (addmm: bias, a, b). ``op`` (the
-    OpOverload) describes it to Inductor; a call runs ``fn``, the op's CUDA implementation
-    (ops.direct: no dispatcher hop on the generated code's calls)."""
+def _in_order(run, order: tuple):
+    """``run`` (our op's CUDA call, ops.direct: no dispatcher hop on the generated code's calls)
+    taking its arguments in the lowering's order (addmm: bias, a, b). A plain function: the
+    generated code and every autotune benchmark call it, and a wrapper object's generator cost
+    ~1-2 us a call."""
+    if order == tuple(range(len(order))):
+        return run
+    pick = operator.itemgetter(*order)
 
-    def __init__(self, op, order: tuple, fn=None):
-        self.op, self.order, self.fn = op, order, fn or op
+    def call(*args, **kwargs):
+        return run(*pick(args), **kwargs)
 
-    def __call__(self, *args, **kwargs):
-        return self.fn(*(args[i] for i in self.order), **kwargs)
+    return call
 
 
 def _choice_name(kind: tuple, order: tuple) -> str:
@@ -62,9 +66,8 @@ def extern_choice(kind: tuple, order: Optional[tuple] = None):
     name = _choice_name(kind, order)
     choice = STATE.extern_choices.get(name)
     if choice is None:
-        reordered = _Reordered(ops.overload(*kind), order, ops.direct(kind))
-        choice = STATE.extern_choices[name] = ExternKernelChoice(reordered, name=name, has_out_variant=False,
-                                                    op_overload=reordered.op)
+        choice = STATE.extern_choices[name] = ExternKernelChoice(
+            _in_order(ops.direct(kind), order), name=name, has_out_variant=False, op_overload=ops.overload(*kind))
     return choice
 
 
