@@ -151,13 +151,16 @@ def _tune_arguments(p):
     p.add_argument("--fp8-decode-ms", default="", help="the same for e4m3 with scalar scales (e.g. 16,32,64: "
                    "each covers the token counts loading as many rows of A; default none)")
     p.add_argument("--models", help="only these models' projections (comma-separated)")
+    p.add_argument("--stream-k", action="store_true", help="the mid-size sweeps also time each candidate without "
+                   "K slices in its stream-K form (GemmConfig.stream_k; a table names one where it measured fastest)")
 
 
 def _tune(args, p) -> int:
     from ..validation.tune import tune
 
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
-         decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms))
+         decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms),
+         stream_k=args.stream_k)
     return 0
 
 

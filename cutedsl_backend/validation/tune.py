@@ -39,14 +39,17 @@ FP8_SWAP_MS = (96, 128, 160, 192, 256)
 def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
          fp8_ms: tuple = FP8_MID_MS, models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
-         decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = ()) -> list:
+         decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = (),
+         stream_k: bool = False) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
     (split-K, short A loads) sweeps, ``fp8_ms`` / ``fp8_swap_ms`` / ``fp8_decode_ms`` of the fp8
     ones (empty: none; few-token sweeps at 16, 32 and 64 cover every M up to 64, see
     configs.measured.same_decode_work); ``models``: only
-    these models' projections. ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
+    these models' projections; ``stream_k``: the mid-size sweeps also time each candidate without
+    K slices in its stream-K form (rows kept as ``sweep-mid-*-sk.json``, beside those without).
+    ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
     Resumes: a sweep whose rows ``out_dir`` already holds is not run again (an interrupted tune,
@@ -82,18 +85,19 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}
     for dtype, space, m in runs:
-        name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}.json"
+        sk = stream_k and space == "mid"
+        name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}{'-sk' if sk else ''}.json"
         if (out / "sweeps" / name).exists():
             log(f"tune: {dtype} {space} M={m}: measured before, its rows kept ({name})")
             got = load_sweep_rows([out / "sweeps" / name])
         else:
             log(f"tune: {dtype} {space} M={m}")
-            got = sweep((m,), space=space, models=models, dtype=dtype, log=log)
+            got = sweep((m,), space=space, models=models, dtype=dtype, log=log, **({"stream_k": True} if sk else {}))
             _write(out / "sweeps" / name, got)
         rows[dtype] += got
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
-                               f"{model_arg} --json {name}")
+                               f"{' --stream-k' if sk else ''}{model_arg} --json {name}")
     made = []
     for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
         if not rows[dtype]:

@@ -182,10 +182,11 @@ def decode_candidates(arch: str = "sm90a") -> list:
 
 
 def mid_candidates(arch: str = "sm90a") -> list:
-    """Configs for a few hundred tokens: configs.MidModel's candidates."""
+    """Configs for a few hundred tokens: configs.MidModel.sweep_candidates (the tables' space; the
+    model ranks its own :meth:`~cutedsl_backend.configs.MidModel.candidates`)."""
     from ..configs import MidModel
 
-    return MidModel.candidates(arch)
+    return MidModel.sweep_candidates(arch)
 
 
 def swap_candidates(arch: str = "sm90a") -> list:

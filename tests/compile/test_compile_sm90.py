@@ -245,6 +245,28 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
 
 
 @pytest.mark.parametrize("cfg, dtype, spec", [
+    (GemmConfig(128, 160), "bfloat16", EpilogueSpec()),
+    (GemmConfig(128, 224, cluster_m=2), "bfloat16", EpilogueSpec(bias="col", activation="silu")),
+    (GemmConfig(128, 224, stream_k=True), "float16", EpilogueSpec()),
+    (GemmConfig(128, 160, cluster_n=2, edge=True), "float8_e4m3fn", EpilogueSpec(scale_a="scalar", scale_b="scalar")),
+], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: x)())
+def test_mid_sweep_widths_compile(cfg, dtype, spec):
+    """The mid-size sweep's 160- and 224-wide tiles (MidModel.sweep_candidates), which a measured
+    table may name: MMAs, TMA loads and stores, no spills, within the compile budget."""
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+    from cutedsl_backend.problem import GemmProblem
+
+    problem = GemmProblem(1000, 4608, 3584, 1, dtype, "bfloat16" if "float8" in dtype else dtype, "k", "k", "sm90a")
+    cg = compile_kernel(problem, resolve(problem, cfg, spec))
+    counts = cg.sass_counts()
+    assert counts["QGMMA" if "float8" in dtype else "HGMMA"] > 0, counts
+    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+
+
+@pytest.mark.parametrize("cfg, dtype, spec", [
     (GemmConfig(128, 192, swap_ab=True), "bfloat16", EpilogueSpec()),
     (GemmConfig(128, 192, splits=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row", activation="silu")),
     (GemmConfig(64, 128, schedule="pingpong", cluster_m=2, swap_ab=True), "float16", EpilogueSpec(bias="col")),

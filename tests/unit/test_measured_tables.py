@@ -356,6 +356,32 @@ def test_tune_resumes_where_it_stopped_and_only_on_the_same_gpu(tmp_path):
     assert len(calls) == 3
 
 
+def test_tune_with_stream_k_times_its_forms_in_the_mid_size_sweeps_and_a_table_serves_a_winner(tmp_path):
+    """tune --stream-k: the mid-size sweeps (only) also time the stream-K forms, their rows kept
+    apart (-sk) and named in the table's commands; a stream-K config measured fastest is what the
+    table names and the dispatcher runs where it fits (its workspace is the launch's own)."""
+    from cutedsl_backend.validation.tune import tune
+
+    calls = []
+    sk = GemmConfig(128, 160, stream_k=True)
+
+    def sweep(ms, space, models, dtype, log, stream_k=False):
+        calls.append((ms, space, stream_k))
+        best = sk if stream_k else COOP
+        return [{"m": ms[0], "n": 4608, "k": 3584, "dtype": dtype, "peer_ms": 0.046, "pick": COOP.name,
+                 "times": {COOP.name: 0.057, best.name: 0.045 if stream_k else 0.057}}]
+
+    (path,) = tune(str(tmp_path), ms=(1024,), swap_ms=(192,), fp8_ms=(), fp8_swap_ms=(), sweep=sweep,
+                   log=lambda *a: None, gpu=GPU, versions={}, stream_k=True)
+    assert calls == [((1024,), "mid", True), ((192,), "swap", False)]
+    assert (tmp_path / "sweeps" / "sweep-mid-bf16-m1024-sk.json").exists()
+    table = MeasuredTable.from_json(json.loads(path.read_text()))
+    assert "--ms 1024 --stream-k" in table.source and "--ms 192 --json" in table.source
+    assert [(e.m, e.config) for e in table.entries] == [(192, COOP), (1024, sk)]
+    assert table.choice(linear(1000, 4608, 3584)) == sk
+    assert is_valid(sk, linear(1000, 4608, 3584))
+
+
 def test_tune_without_a_hopper_gpu_says_so():
     from cutedsl_backend.validation.tune import tune
 
