@@ -283,7 +283,7 @@ class MidModel:
     def sweep_candidates(cls, arch: str = "sm90a") -> list:
         """What the tuning sweep (``sweep-decode --space mid``) times for the measured tables:
         :meth:`candidates` and 128-row tiles 160 and 224 wide. Those split widths such as 4608 or
-        7168 into tile counts that fill whole waves where the others leave one part-empty
+        7168 into tile counts that fill their last wave further than the others
         (qwen2.5-7b's 4608 x 3584 at 1024 tokens: 192 tiles of 128 x 192, 1.45 waves; 232 of
         128 x 160, 1.76); the model ranks :meth:`candidates` only (these widths are unmeasured
         where no table is)."""

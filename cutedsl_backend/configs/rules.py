@@ -90,6 +90,10 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         if cfg.swap_ab or (epilogue is not None and getattr(epilogue, "gated", None)):
             # the kernel would take them; no GPU test has run stream-K with either
             raise UnsupportedGemmError("stream_k: not with swap_ab or the gated epilogue (not verified on a GPU)")
+        if cfg.edge:
+            # a moved last tile overlaps the one before it, and stream-K cuts the two at other K
+            # points: the overlap's bits would depend on which tile's store lands last
+            raise UnsupportedGemmError("stream_k: not with edge (overlapping tiles summed in different orders)")
         # sized for the most pieces a GPU of up to STREAM_K_MAX_CLUSTERS persistent clusters cuts a tile into
         if split_k_workspace(problem, cfg, STREAM_K_MAX_CLUSTERS)[1] >= 1 << 31:
             raise UnsupportedGemmError("stream_k: its workspace would exceed 2^31 elements (a problem this large "

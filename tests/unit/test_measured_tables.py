@@ -379,7 +379,15 @@ def test_tune_with_stream_k_times_its_forms_in_the_mid_size_sweeps_and_a_table_s
     assert "--ms 1024 --stream-k" in table.source and "--ms 192 --json" in table.source
     assert [(e.m, e.config) for e in table.entries] == [(192, COOP), (1024, sk)]
     assert table.choice(linear(1000, 4608, 3584)) == sk
-    assert is_valid(sk, linear(1000, 4608, 3584))
+    residual = EpilogueSpec(residual=True, residual_dtype="bfloat16", residual_aligned=True)
+    assert table.choice(linear(1000, 4608, 3584), residual) is None  # the sweeps measured bare GEMMs
+    # a later tune without --stream-k keeps those rows apart and sweeps the plain space again
+    tune(str(tmp_path), ms=(1024,), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+         gpu=GPU, versions={})
+    assert calls[-1] == ((1024,), "mid", False) and (tmp_path / "sweeps" / "sweep-mid-bf16-m1024.json").exists()
+    tune(str(tmp_path), ms=(1024,), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+         gpu=GPU, versions={}, stream_k=True)
+    assert len(calls) == 3  # resumed: the -sk rows kept
 
 
 def test_tune_without_a_hopper_gpu_says_so():

@@ -332,6 +332,14 @@ def test_stream_k_configs_are_named_keyed_apart_and_refused_where_not_built():
         check_config(GemmConfig(64, 96, schedule="pingpong", stream_k=True, splits=2), problem)
     with pytest.raises(UnsupportedGemmError, match="stream_k: not with swap_ab"):
         check_config(GemmConfig(128, 160, swap_ab=True, stream_k=True), problem.swapped())
+    # nor with the last tiles moved, and so the edge policy leaves a stream-K pick (a table's) unmoved
+    from cutedsl_backend.configs.as_run import as_run
+
+    mid = GemmProblem(1000, 4608, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    with pytest.raises(UnsupportedGemmError, match="stream_k: not with edge"):
+        check_config(GemmConfig(128, 160, stream_k=True, edge=True), mid)
+    assert as_run(GemmConfig(128, 160, stream_k=True), mid) == GemmConfig(128, 160, stream_k=True)
+    assert as_run(GemmConfig(128, 160), mid) == GemmConfig(128, 160, edge=True)
     with pytest.raises(UnsupportedGemmError, match="stream_k: implemented for sm90a only"):
         check_config(GemmConfig(128, 128, arch="sm100a", stream_k=True),
                      GemmProblem(16, 4608, 3584, 1, "bfloat16", "bfloat16", "k", "k", "sm100a"))
