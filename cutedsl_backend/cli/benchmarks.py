@@ -92,6 +92,8 @@ def _bench_inductor_arguments(p):
                         "medians (default 1); with --dynamic: timing rounds per M, the variants alternated "
                         "(default 5)")
     p.add_argument("--rows", help="with --isolated: the variants between the two baselines (comma-separated)")
+    p.add_argument("--kernels", action="store_true", help="each row also lists its kernels' device time per call "
+                   "(the profiler, after the timings; --isolated and --dynamic always do)")
     p.add_argument("--dynamic", metavar="MS", help="instead: a SiLU MLP compiled once with dynamic=True and run "
                    "at these token counts (comma-separated, e.g. 16,48,512,2048), with and without us: per M "
                    "the timed call and its GPU time (calls queued behind a GPU sleep; a timed call slower than "
@@ -131,7 +133,7 @@ def _bench_inductor(args, p) -> int:
                                        rows_between=tuple(args.rows.split(",")) if args.rows else None)
     else:
         rows = bench_inductor(args.tokens, args.d, args.hidden, args.dtype, tuple(args.variants.split(",")),
-                              kernel_dir=args.kernel_dir, blocks=blocks)
+                              kernel_dir=args.kernel_dir, blocks=blocks, kernels=args.kernels)
     write_json(args.json, rows)
     return 0
 

@@ -162,6 +162,35 @@ def host_us_per_call(fn, calls: int = 200) -> float:
     return t
 
 
+def kernels_per_call(fn, calls: int = 5) -> list:
+    """The GPU kernels one call of ``fn`` runs (a CUDA-graph replay's kernels included), from the
+    profiler over ``calls`` calls: per kernel name, launches and device microseconds per call,
+    slowest first. Where the timed ratio of two variants differs from that of their GEMMs, this
+    shows which kernels make the difference."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels: dict = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time_total > 0:
+            launches, us = kernels.get(event.name, (0, 0.0))
+            kernels[event.name] = (launches + 1, us + event.device_time_total)
+    return sorted(({"name": name, "launches": n / calls, "us": us / calls} for name, (n, us) in kernels.items()),
+                  key=lambda k: -k["us"])
+
+
+def kernels_text(kernels: list) -> str:
+    """One log line's worth of :func:`kernels_per_call`'s result."""
+    return f"kernels per call (sum {sum(k['us'] for k in kernels):.1f} us): " + "; ".join(
+        f"{k['us']:.1f} us {k['name'][:70]}" + (f" (x{k['launches']:g})" if k["launches"] != 1 else "")
+        for k in kernels)
+
+
 @contextlib.contextmanager
 def gil_hog(chunk: int = 2000):
     """A thread that keeps asking for the GIL (pure-Python work in ``chunk``-sized pieces) while the

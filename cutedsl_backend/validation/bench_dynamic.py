@@ -70,7 +70,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
     import cutedsl_backend.inductor as cbi
 
     from ..inductor.device_timing import device_ms_per_call
-    from .bench import _median_ms
+    from .bench import _median_ms, kernels_per_call, kernels_text
 
     dt = getattr(torch, dtype)
 
@@ -145,7 +145,7 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
         for m, x in xs.items():
             for row in rows:
                 fn = compiled[row["variant"]]
-                row["per_m"][m]["kernels"] = _kernels_per_call(lambda: fn(x))
+                row["per_m"][m]["kernels"] = kernels_per_call(lambda: fn(x))
     run_skips = _cudagraph_skips() - run_skips0
     if run_skips:
         log(f"silu_mlp dynamic: WARNING: Inductor skipped CUDA graphs {run_skips} time(s) while the modules ran "
@@ -194,32 +194,8 @@ def bench_inductor_dynamic(ms=(16, 48, 512, 2048), d: int = 4096, hidden: int = 
                          f"{v['speedup_range'][1]:.3f}), device {v['device_speedup_vs_aten_triton']:.3f}x "
                          f"({v['device_speedup_range'][0]:.3f}-{v['device_speedup_range'][1]:.3f})")
             log(text + f"  rel err {v['rel_l2_vs_fp64']:.2e}")
-            log(f"           kernels per call (sum {v['kernels_us']:.1f} us): " + "; ".join(
-                f"{k['us']:.1f} us {k['name'][:70]}" + (f" (x{k['launches']:g})" if k["launches"] != 1 else "")
-                for k in v["kernels"]))
+            log("           " + kernels_text(v["kernels"]))
     return rows
-
-
-def _kernels_per_call(fn, calls: int = 5) -> list:
-    """The GPU kernels one call of ``fn`` runs (a CUDA-graph replay's kernels included), from the
-    profiler over ``calls`` calls: per kernel name, launches and device microseconds per call,
-    slowest first. Where the timed ratio of two variants differs from that of their GEMMs, this
-    shows which kernels make the difference."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    kernels: dict = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time_total > 0:
-            launches, us = kernels.get(event.name, (0, 0.0))
-            kernels[event.name] = (launches + 1, us + event.device_time_total)
-    return sorted(({"name": name, "launches": n / calls, "us": us / calls} for name, (n, us) in kernels.items()),
-                  key=lambda k: -k["us"])
 
 
 def _distinct_entry(mod):

@@ -202,7 +202,9 @@ def _short(key: str) -> str:
     return key[:12] if re.fullmatch(r"[0-9a-f]{16,}", key) else key
 
 
-def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
+def _run_variant(name, mod, args, variant: str, kernel_dir: str, log, kernels: bool = False) -> dict:
+    """One block compiled and timed as ``variant``; ``kernels``: also each kernel's device time per
+    call (the profiler, after every timing: CUPTI may stay attached and add host time to later ones)."""
     import torch
     import torch._dynamo
     from torch._inductor.select_algorithm import add_feedback_saver, clear_feedback_savers
@@ -210,7 +212,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
 
     import cutedsl_backend.inductor as cbi
 
-    from .bench import _median_ms
+    from .bench import _median_ms, kernels_per_call, kernels_text
 
     os.environ["CUTEDSL_BACKEND_CACHE_DIR"] = kernel_dir
     from .. import compiler
@@ -241,6 +243,7 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
             eager_ms = _median_ms(lambda: mod(*args), warmup=25, rep=200)
             ref = copy.deepcopy(mod).double()(*(a.double() for a in args))
             err = float((out.double() - ref).norm() / ref.norm())
+            per_kernel = kernels_per_call(lambda: compiled(*args)) if kernels else None
     finally:
         cbi.disable()
         clear_feedback_savers()
@@ -253,6 +256,8 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
            "rel_l2_vs_fp64": err, "winners": winners.rows, "runtime_fallbacks": fallbacks,
            "cudagraph_skips": _cudagraph_skips() - skips0, "our_kernel_fetches": ours, "our_timeline": timeline,
            "compile_phases_s": phases}
+    if per_kernel is not None:
+        row["kernels"] = per_kernel
     if row["cudagraph_skips"]:
         log(f"{name} {variant}: WARNING: Inductor skipped CUDA graphs {row['cudagraph_skips']} time(s): the time "
             "per call includes launch overhead")
@@ -267,13 +272,17 @@ def _run_variant(name, mod, args, variant: str, kernel_dir: str, log) -> dict:
     log(f"{'':14s} {'':14s} compile phases (s, inclusive): " + _phases_text(phases))
     if timeline:
         log(f"{'':14s} {'':14s} timeline: " + _timeline_text(timeline))
+    if per_kernel is not None:
+        log(f"{'':14s} {'':14s} " + kernels_text(per_kernel))
     return row
 
 
 def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype: str = "bfloat16",
                    variants=("aten+triton", "cutedsl cold", "cutedsl warm"), log=print,
-                   kernel_dir: Optional[str] = None, blocks=("mlp", "swiglu", "attn_out_proj")) -> list:
-    """Rows per (block, variant); ratios against the aten+triton row of the same block."""
+                   kernel_dir: Optional[str] = None, blocks=("mlp", "swiglu", "attn_out_proj"),
+                   kernels: bool = False) -> list:
+    """Rows per (block, variant); ratios against the aten+triton row of the same block. ``kernels``:
+    each row also lists its kernels' device time per call (where the block's time goes)."""
     import torch
 
     kernel_dir = kernel_dir or tempfile.mkdtemp(prefix="cutedsl-bench-kernels-")
@@ -285,7 +294,7 @@ def bench_inductor(tokens: int = 4096, d: int = 4096, hidden: int = 14336, dtype
         for variant in variants:
             cold_dir = os.path.join(kernel_dir, name + ("-" + variant.split()[-1] if variant in AB_VARIANTS else ""))
             row = _run_variant(name, mod, args, variant, cold_dir if variant != "aten+triton" else
-                               os.path.join(kernel_dir, "unused"), log)
+                               os.path.join(kernel_dir, "unused"), log, kernels)
             if variant == "aten+triton":
                 base = row
             elif base is not None:
@@ -306,7 +315,8 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
     baseline shows the run-to-run spread. Ratios against the mean of the block's baselines.
     ``loss_rows`` adds the forced-loss row before the last baseline. ``rounds`` repeats that
     order (each round with an empty kernel cache) and ends with each variant's median.
-    ``rows_between``: the variants between the two baselines instead of those."""
+    ``rows_between``: the variants between the two baselines instead of those. Every row lists its
+    kernels' device time per call (the profiler runs last in each process)."""
     import json
     import statistics
     import subprocess
@@ -325,7 +335,7 @@ def bench_inductor_isolated(tokens: int = 4096, d: int = 4096, hidden: int = 143
                 out = os.path.join(kernel_root, f"{block}-{len(block_rows)}.json")
                 cmd = [sys.executable, "-m", "cutedsl_backend", "bench-inductor", "--tokens", str(tokens), "--d",
                        str(d), "--hidden", str(hidden), "--dtype", dtype, "--blocks", block, "--variants", variant,
-                       "--kernel-dir", kernel_root, "--json", out]
+                       "--kernel-dir", kernel_root, "--kernels", "--json", out]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 if p.returncode != 0:
                     log(f"{block} {variant}: failed\n{p.stderr[-2000:]}")

@@ -170,3 +170,40 @@ def test_dynamic_token_counts_are_checked():
     for bad, rule in (("x,16", "integers"), ("1,16", "at least 2"), ("4096,16", "differ from d")):
         with pytest.raises(ValueError, match=rule):
             token_counts_of(bad, 4096, 14336)
+
+
+def test_kernels_per_call_averages_each_kernel_over_the_calls(monkeypatch):
+    """The bench's kernel breakdown (bench-inductor --kernels, --isolated, --dynamic): per kernel
+    name, launches and device microseconds per call, slowest first; host-side events left out."""
+    import types
+
+    import torch
+
+    from cutedsl_backend.validation import bench
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    calls = []
+
+    def event(name, us, device=cuda):
+        return types.SimpleNamespace(name=name, device_time_total=us, device_type=device)
+
+    class FakeProfile:
+        def __init__(self, activities):
+            self.activities = activities
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def events(self):
+            per_call = [event("gemm", 40.0), event("silu_mul", 5.0), event("silu_mul", 5.0), event("launch", 9.0, cpu)]
+            return [e for _ in calls for e in per_call]
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    got = bench.kernels_per_call(lambda: calls.append(1), calls=4)
+    assert len(calls) == 4
+    assert got == [{"name": "gemm", "launches": 1.0, "us": 40.0}, {"name": "silu_mul", "launches": 2.0, "us": 10.0}]
+    assert bench.kernels_text(got) == "kernels per call (sum 50.0 us): 40.0 us gemm; 10.0 us silu_mul (x2)"
