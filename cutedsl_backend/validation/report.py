@@ -7,6 +7,7 @@ import json
 from collections import Counter, defaultdict
 from html import escape
 from pathlib import Path
+from typing import Optional
 from xml.sax.saxutils import quoteattr
 
 
@@ -216,8 +217,49 @@ def _esc(x) -> str:
     return escape(str(x))
 
 
+def launch_units(row: dict, num_sms: int) -> Optional[tuple]:
+    """(work units, waves) of a sweep row's launch on ``num_sms`` SMs: its config's CTA tiles (of
+    the swapped problem for a swap-AB config) times its K slices; None for a stream-K config (its
+    shares balance the SMs) or a config name this build does not parse."""
+    from ..configs import GemmConfig
+    from ..configs.resources import launch_tiles
+    from ..problem import GemmProblem, UnsupportedGemmError
+
+    try:
+        cfg = GemmConfig.from_name(row["config"])
+    except (KeyError, TypeError, UnsupportedGemmError):
+        return None
+    if cfg.stream_k:
+        return None
+    problem = GemmProblem(row["m"], row["n"], row["k"], 1, "bfloat16", "bfloat16", "k", "k", cfg.arch)
+    units = launch_tiles(problem.swapped() if cfg.swap_ab else problem, cfg) * cfg.splits
+    return units, units / num_sms
+
+
+def below_gate_markdown(perf: dict, limit: int = 40) -> list:
+    """The cells below the gate, slowest first (up to ``limit`` per dtype): our time and the peer's,
+    the config and its launch's work units and waves on this GPU's SMs (a last wave left mostly
+    idle costs the whole wave)."""
+    num_sms = perf.get("num_sms")
+    rows = sorted((r for r in perf.get("results", []) if "ratio" in r and r["ratio"] < perf.get("gate_min_ratio", 0)),
+                  key=lambda r: r["ratio"])
+    out = []
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        sel = [r for r in rows if r["dtype"] == dtype]
+        out += ["", f"### {dtype}: cells below the gate ({len(sel)}; the slowest {min(limit, len(sel))})", "",
+                "| cell | ratio | ours us | peer us | config | units / waves |", "|---|---|---|---|---|---|"]
+        for r in sel[:limit]:
+            units = launch_units(r, num_sms) if num_sms else None
+            fill = "-" if units is None else f"{units[0]} / {units[1]:.2f}"
+            us = [f"{r[key] * 1e3:.1f}" if r.get(key) else "-" for key in ("ours_ms", "peer_ms")]
+            out.append(f"| {r['model']} {r['projection']} {r['m']}x{r['n']}x{r['k']} | {r['ratio']:.2f} | "
+                       f"{us[0]} | {us[1]} | `{r.get('config', '-')}` | {fill} |")
+    return out
+
+
 def perf_markdown(perf: dict) -> list:
-    """The sweep in Markdown: per dtype its summary, then ratio tables (projection x M)."""
+    """The sweep in Markdown: per dtype its summary, the cells below the gate, then ratio tables
+    (projection x M)."""
     at = f" at M = {', '.join(map(str, perf['ms']))}" if perf.get("ms") else ""
     out = ["", f"## Performance sweep (tag `{perf.get('tag')}`{at}; {perf.get('timing', '')})", "",
            f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result.", "",
@@ -238,6 +280,7 @@ def perf_markdown(perf: dict) -> list:
                 "|---|---|---|---|---|---|"]
         out += [f"| {d} | {v['table_cells']} | {v.get('table_cells_other_m', '-')} | {fmt(v['geomean_table'])} | "
                 f"{v['cells'] - v['table_cells']} | {fmt(v['geomean_models'])} |" for d, v in served.items()]
+    out += below_gate_markdown(perf)
     rows = [r for r in perf.get("results", []) if "ratio" in r]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         sel = [r for r in rows if r["dtype"] == dtype]

@@ -289,6 +289,7 @@ def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = prin
 
     cells = sweep_cells(tag, tuple(dtypes or SWEEP_DTYPES), ms=ms)
     name = torch.cuda.get_device_name()
+    num_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
     def sweep(rows):
         return {"results": rows, "summary": summarize(rows), "tag": tag,
@@ -301,7 +302,7 @@ def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = prin
                           "per-round ratios" + ("; weights cold (each call reads a copy not in L2)" if cold
                                                 else "; weights hot (the same copy every call)"),
                 "weights": "cold" if cold else "hot", "hbm_tbps": HBM_TBPS.get(name), "device": name,
-                "cells_planned": len(cells)}
+                "num_sms": num_sms, "cells_planned": len(cells)}
 
     t0 = time.time()
     rows: list = []

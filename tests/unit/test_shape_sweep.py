@@ -210,3 +210,27 @@ def test_cold_weights_rotate_through_copies_that_overflow_the_l2():
         assert (r - 1) * nbytes > 2 * l2 and r <= 32, (nbytes, r)
     assert weight_copies(28672 * 4096 * 2, l2, cold=True) == 1  # 235 MB: HBM anyway
     assert weight_copies(1024, l2, cold=True) == 32  # a tiny weight: capped
+
+
+def test_cells_below_the_gate_are_listed_with_their_launchs_units_and_waves():
+    """The report lists the cells below the gate, slowest first, with their config's work units
+    (CTA tiles rounded up to whole clusters, of the swapped problem for swap-AB, times K slices)
+    and waves on the GPU's SMs; a stream-K launch balances its SMs (no count)."""
+    from cutedsl_backend.validation.report import below_gate_markdown, launch_units
+
+    def cell(m, n, k, ratio, config):
+        return {"dtype": "bfloat16", "model": "qwen2.5-7b", "projection": "qkv", "m": m, "n": n, "k": k,
+                "ratio": ratio, "ours_ms": 0.057, "peer_ms": 0.0456, "config": config, "status": "fail"}
+
+    coop = "sm90a_cooperative_128x192xauto_c2x1_sauto_rm8"
+    assert launch_units(cell(1024, 4608, 3584, 0.8, coop), 132) == (192, 192 / 132)
+    assert launch_units(cell(896, 4608, 3584, 0.8, coop), 132)[0] == 192  # 7 row tiles, a cluster of 2: 8
+    swap = cell(144, 3584, 4096, 0.62, "sm90a_pingpong_64x160xauto_c1x1_sauto_rn8_k2_swap")
+    assert launch_units(swap, 132)[0] == 56 * 1 * 2  # the swapped problem: 3584 / 64 x 144 / 160, 2 slices
+    assert launch_units(cell(1024, 4608, 3584, 0.8, "sm90a_cooperative_128x160xauto_c1x1_sauto_rn8_sk"), 132) is None
+    rows = [cell(1024, 4608, 3584, 0.76, coop), swap, cell(2048, 4608, 3584, 0.99, coop)]
+    text = "\n".join(below_gate_markdown({"results": rows, "gate_min_ratio": 0.9, "num_sms": 132}))
+    assert "cells below the gate (2; the slowest 2)" in text
+    assert text.index("144x3584x4096") < text.index("1024x4608x3584") and "2048x" not in text
+    assert "| 0.76 | 57.0 | 45.6 | `" + coop + "` | 192 / 1.45 |" in text
+    assert below_gate_markdown({"results": rows, "gate_min_ratio": 0.9})[-1].endswith("| - |")  # no SM count
