@@ -3,10 +3,11 @@ change how a kernel meets its neighbours, not the tiling it was chosen for. Pure
 
 - Edge-aligned last tiles (configs.edge, on).
 - Programmatic dependent launch (GemmConfig.pdl), off: it lets a kernel's prologue overlap the
-  end of the kernel before it on the stream, a per-call saving that matters where a launch takes
-  a few microseconds (few tokens against a narrow weight, where the perf sweep's worst 16-bit
-  cells are). Compiled and gated on the CPU; not yet measured on a GPU, so not on by default.
-  ``sweep-shapes --pdl`` turns it on for an A/B run.
+  end of the kernel before it on the stream, meant for launches of a few microseconds (few
+  tokens against a narrow weight, where the perf sweep's worst 16-bit cells are). Measured on an
+  H100 (docs/results/h100/2026-12-06) it made the standard bf16 sweep slower (0.986 -> 0.974 of
+  cuBLAS; split-K launches up to 1.57x slower), so it stays off; ``sweep-shapes --pdl`` turns it
+  on for that A/B.
 """
 
 from __future__ import annotations

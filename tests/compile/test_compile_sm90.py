@@ -244,6 +244,20 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     assert ("LDG.E.STRONG.GPU" in k.sass() or "LDG.E.STRONG" in k.sass()) == partials
 
 
+def _compiles_with_the_gates(problem, cfg, spec) -> None:
+    """``cfg``'s kernel for ``problem`` and ``spec``: MMAs (FP8 ones for FP8 operands), TMA loads
+    and stores, nothing spilled, within the per-cell compile budget."""
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+
+    cg = compile_kernel(problem, resolve(problem, cfg, spec))
+    counts = cg.sass_counts()
+    assert counts["QGMMA" if "float8" in problem.dtype else "HGMMA"] > 0, counts
+    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
+    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+
+
 @pytest.mark.parametrize("cfg, dtype, spec", [
     (GemmConfig(128, 160), "bfloat16", EpilogueSpec()),
     (GemmConfig(128, 224, cluster_m=2), "bfloat16", EpilogueSpec(bias="col", activation="silu")),
@@ -253,17 +267,10 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
 def test_mid_sweep_widths_compile(cfg, dtype, spec):
     """The mid-size sweep's 160- and 224-wide tiles (MidModel.sweep_candidates), which a measured
     table may name: MMAs, TMA loads and stores, no spills, within the compile budget."""
-    from cutedsl_backend.build import compile_kernel
-    from cutedsl_backend.compiler import resolve
     from cutedsl_backend.problem import GemmProblem
 
-    problem = GemmProblem(1000, 4608, 3584, 1, dtype, "bfloat16" if "float8" in dtype else dtype, "k", "k", "sm90a")
-    cg = compile_kernel(problem, resolve(problem, cfg, spec))
-    counts = cg.sass_counts()
-    assert counts["QGMMA" if "float8" in dtype else "HGMMA"] > 0, counts
-    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
-    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
-    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+    out = "bfloat16" if "float8" in dtype else dtype
+    _compiles_with_the_gates(GemmProblem(1000, 4608, 3584, 1, dtype, out, "k", "k", "sm90a"), cfg, spec)
 
 
 @pytest.mark.parametrize("cfg, dtype, spec", [
@@ -290,18 +297,9 @@ def test_mid_sweep_widths_compile(cfg, dtype, spec):
 def test_swap_ab_kernels_store_a_column_major_output(cfg, dtype, spec):
     """A swap-AB launch's kernel (the swapped problem: weights as A, tokens as B, a column-major
     output) compiles with the gates: MMAs, TMA loads and stores, no spills."""
-    from cutedsl_backend.build import compile_kernel
-    from cutedsl_backend.compiler import resolve
     from cutedsl_backend.problem import GemmProblem
 
-    out = "bfloat16"
-    problem = GemmProblem(192, 8192, 4096, 1, dtype, out, "k", "k", "sm90a").swapped()
-    cg = compile_kernel(problem, resolve(problem, cfg, spec))
-    counts = cg.sass_counts()
-    assert counts["QGMMA" if "float8" in dtype else "HGMMA"] > 0, counts
-    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
-    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
-    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+    _compiles_with_the_gates(GemmProblem(192, 8192, 4096, 1, dtype, "bfloat16", "k", "k", "sm90a").swapped(), cfg, spec)
 
 
 @pytest.mark.parametrize("cfg, dtype, spec, gated", [
