@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from .common import Command, dims, ints, names, shapes, write_json
 
@@ -62,8 +63,10 @@ def _sweep_fp8(args, p) -> int:
 
 def _sweep_decode_arguments(p):
     p.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
-    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap"],
-                   help="the candidates: few-token (split-K, short A loads), a few hundred tokens, or swap-AB")
+    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap", "prior"],
+                   help="the candidates: few-token (split-K, short A loads), a few hundred tokens, swap-AB, or "
+                   "those a --prior table names near each cell")
+    p.add_argument("--prior", help="a config table measured on another GPU (JSON), for --space prior")
     p.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
                    help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
@@ -80,8 +83,15 @@ def _sweep_decode(args, p) -> int:
     def save(rows):  # after every shape: a sweep stopped part-way keeps what it measured
         write_json(args.json, rows, atomic=True)
 
+    prior = None
+    if args.prior:
+        from ..configs.measured import MeasuredTable
+
+        prior = MeasuredTable.from_json(json.loads(Path(args.prior).read_text()))
+    elif args.space == "prior":
+        p.error("--space prior needs --prior TABLE")
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
-                      dtype=args.dtype, checkpoint=save, stream_k=args.stream_k))
+                      dtype=args.dtype, checkpoint=save, stream_k=args.stream_k, prior=prior))
     return 0
 
 
@@ -154,6 +164,10 @@ def _tune_arguments(p):
     p.add_argument("--stream-k", action="store_true", help="the mid-size sweeps also time each candidate without "
                    "K slices in its stream-K form (GemmConfig.stream_k; a table names one where it beat the models' "
                    "pick by more than 3%%)")
+    p.add_argument("--prior", action="append", default=[],
+                   help="a table measured on another GPU (JSON; one per class, repeatable): also sweep its class at "
+                   "its token counts on the configs it names near each (a fifth of the full spaces' time; e.g. the "
+                   "H100's tables on an H200)")
 
 
 def _tune(args, p) -> int:
@@ -161,7 +175,7 @@ def _tune(args, p) -> int:
 
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
          decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms),
-         stream_k=args.stream_k)
+         stream_k=args.stream_k, priors=tuple(args.prior))
     return 0
 
 

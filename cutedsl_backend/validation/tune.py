@@ -40,7 +40,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
          fp8_ms: tuple = FP8_MID_MS, models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
          decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = (),
-         stream_k: bool = False) -> list:
+         stream_k: bool = False, priors: tuple = ()) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
@@ -49,6 +49,10 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     configs.measured.same_decode_work); ``models``: only
     these models' projections; ``stream_k``: the mid-size sweeps also time each candidate without
     K slices in its stream-K form (rows kept as ``sweep-mid-*-sk.json``, beside those without).
+    ``priors``: tables measured on another GPU (JSON files, one per class): each one's class is also
+    swept at each token count it measured, on the configs it names near there
+    (tuning_sweeps.prior_candidates, with the models' picks; rows ``sweep-prior-*.json``), a fifth of
+    the full spaces' time.
     ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
@@ -81,6 +85,16 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     runs += [("fp8_tensorwise", "decode", m) for m in fp8_decode_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     runs += [("fp8_tensorwise", "swap", m) for m in fp8_swap_ms]
+    prior_tables: dict = {}  # dtype -> (table, file)
+    for prior in priors:
+        from ..configs.measured import MeasuredTable
+
+        table = MeasuredTable.from_json(json.loads(Path(prior).read_text()))
+        prior_dtype = {"16bit": "bfloat16", "fp8_precise": "fp8_tensorwise"}.get(table.operands)
+        if prior_dtype is None or prior_dtype in prior_tables:
+            raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
+        prior_tables[prior_dtype] = (table, Path(prior).name)
+        runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}
@@ -92,12 +106,15 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
             got = load_sweep_rows([out / "sweeps" / name])
         else:
             log(f"tune: {dtype} {space} M={m}")
-            got = sweep((m,), space=space, models=models, dtype=dtype, log=log, **({"stream_k": True} if sk else {}))
+            extra = {"stream_k": True} if sk else {"prior": prior_tables[dtype][0]} if space == "prior" else {}
+            got = sweep((m,), space=space, models=models, dtype=dtype, log=log, **extra)
             _write(out / "sweeps" / name, got)
         rows[dtype] += got
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
-                               f"{' --stream-k' if sk else ''}{model_arg} --json {name}")
+                               f"{' --stream-k' if sk else ''}"
+                               f"{f' --prior {prior_tables[dtype][1]}' if space == 'prior' else ''}{model_arg}"
+                               f" --json {name}")
     made = []
     for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
         if not rows[dtype]:

@@ -197,6 +197,20 @@ def swap_candidates(arch: str = "sm90a") -> list:
     return SwapModel.sweep_candidates(arch)
 
 
+def prior_candidates(prior, n: int, k: int, m: int) -> list:
+    """The configs a ``prior`` table (configs.measured.MeasuredTable, measured on another GPU) names
+    for projection (n, k) near ``m`` tokens - at ``m`` itself up to 64 tokens (a few-token config's
+    A loads fit its M), else at the measured token counts within a factor 2 - each also with the
+    clusters 1x1, 2x1 and 1x2: the candidates of a sweep that re-measures that table on this GPU
+    (a few per cell instead of the whole space; which cluster wins moved between the H100 and H200)."""
+    from ..configs.config import DECODE_MAX_M
+
+    near = [e.config.tiling() for e in prior.entries if (e.n, e.k) == (n, k) and e.config is not None
+            and (e.m == m if m <= DECODE_MAX_M else m / 2 <= e.m <= 2 * m)]
+    return list(dict.fromkeys(c.replace(cluster_m=cm, cluster_n=cn) for c in near
+                              for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))))
+
+
 def sweep_problem(dtype: str, m: int, n: int, k: int):
     """(problem, epilogue spec) a ``sweep-decode`` row of ``dtype`` (:data:`SWEEP_OPERANDS`) times:
     nn.Linear's layout on sm90a, bf16 out; e4m3 with scalar scales for the fp8 dtypes."""
@@ -226,9 +240,10 @@ def load_sweep_rows(paths) -> list:
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
                  dtype: str = "bfloat16", checkpoint=None, device: str = "cuda", timer=None,
-                 stream_k: bool = False) -> list:
+                 stream_k: bool = False, prior=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
-    :func:`mid_candidates`, "swap": :func:`swap_candidates`) on every unique projection of the
+    :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
+    :func:`prior_candidates` of the table ``prior``) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
     "bfloat16" (peer: cuBLAS through torch.matmul), "fp8_tensorwise" (e4m3 -> bf16, scalar scales,
@@ -260,7 +275,16 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     _, spec = sweep_problem(dtype, 1, 1, 1)  # (checks the dtype)
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
-    cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
+    projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
+    if space == "prior":
+        if prior is None:
+            raise ValueError("sweep_decode: space 'prior' needs a prior table")
+        cell_cands = {(n, k, m): prior_candidates(prior, n, k, m) for n, k in ((p.n, p.k) for p in projections)
+                      for m in ms}
+        cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
+    else:
+        cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
+        cell_cands = {}
     if stream_k:
         cands += list(dict.fromkeys(c.replace(stream_k=True) for c in cands if c.splits == 1 and not c.swap_ab))
 
@@ -279,7 +303,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         f"operands, {len(failed) - refused} failed to compile")
     sa, sb = torch.tensor(0.5, device=device), torch.tensor(2.0, device=device)
     rows, picked, best = [], [], []
-    for proj in unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models):
+    for proj in projections:
         n, k = proj.n, proj.k
         w = torch.randn(n, k, device=device)
         w = w.to(torch.float8_e4m3fn) if fp8 else w.to(torch.bfloat16)
@@ -305,10 +329,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # moved tiles and dependent launch, go on top of whichever config a table names)
             pick = default_config(problem, epilogue=spec).tiling()
             extra = [pick]
-            if space == "swap":  # and what the ranking would run unswapped, which a swap pick replaces
-                extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab))
+            if space in ("swap", "prior"):  # and what the ranking would run unswapped, which a swap pick replaces
+                extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())
             times, wrong = {}, {}
-            for c in cands + [c for c in dict.fromkeys(extra) if c not in cands]:
+            here = cell_cands.get((n, k, m), cands)
+            for c in here + [c for c in dict.fromkeys(extra) if c not in here]:
                 if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 if space == "decode" and c not in extra and c.a_rows != decode_a_rows(m):

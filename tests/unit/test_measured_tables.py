@@ -421,3 +421,30 @@ def test_bounds_are_the_measured_token_counts_of_the_projection(tmp_path):
     assert tables.bounds(linear(1), GPU) == (128, 384)
     assert tables.bounds(linear(1, n=4096, k=4096), GPU) == (256,)
     assert tables.bounds(linear(1, batch=2), GPU) == () and tables.bounds(linear(1), "NVIDIA Other") == ()
+
+
+def test_tune_with_a_prior_table_re_measures_it_at_its_token_counts(tmp_path):
+    """tune --prior: the prior table's class is swept at each token count it measured (space
+    "prior", the table given to the sweep), and the rows make this GPU's table like any others."""
+    from cutedsl_backend.validation.tune import tune
+
+    prior = table(entry(384, COOP), entry(128, SWAP), gpu="NVIDIA Other")
+    (tmp_path / "prior.json").write_text(json.dumps(prior.to_json()))
+    calls = []
+
+    def sweep(ms, space, models, dtype, log, prior=None):
+        calls.append((ms, space, dtype, prior))
+        return [{"m": ms[0], "n": 3584, "k": 3584, "dtype": dtype, "peer_ms": 0.02, "pick": COOP.name,
+                 "times": {COOP.name: 0.012, SWAP.name: 0.010}}]
+
+    (path,) = tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep,
+                   log=lambda *a: None, gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),))
+    assert [(c[0], c[1], c[2]) for c in calls] == [((128,), "prior", "bfloat16"), ((384,), "prior", "bfloat16")]
+    assert all(c[3] == prior for c in calls)
+    made = MeasuredTable.from_json(json.loads(path.read_text()))
+    assert made.gpu == GPU and [(e.m, e.config) for e in made.entries] == [(128, SWAP), (384, SWAP)]
+    assert "--space prior --dtype bfloat16 --ms 384 --prior prior.json" in made.source
+    assert (tmp_path / "out" / "sweeps" / "sweep-prior-bf16-m128.json").exists()
+    with pytest.raises(ValueError, match="one 16bit"):  # two priors of one class
+        tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+             gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),) * 2)

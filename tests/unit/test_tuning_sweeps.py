@@ -128,3 +128,43 @@ def test_the_decode_sweep_times_the_configs_loading_the_rows_m_needs(monkeypatch
         streamed = {name.removesuffix("_sk") for name in row["times"] if name.endswith("_sk")}
         unsplit = {name for name in row["times"] if not name.endswith("_sk") and "_k" not in name.split("rn8")[1]}
         assert streamed and streamed == unsplit
+
+
+def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
+    """sweep-decode --space prior: per cell, the configs another GPU's table names for that
+    projection near M (at M itself up to 64 tokens), each with clusters 1x1, 2x1 and 1x2, plus
+    the models' pick - checked against float64 and timed like any sweep's."""
+    from unittest import mock
+
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import GemmConfig, default_config
+    from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    n, k = 3072, 3072  # phi3-mini's qkv and o projections
+    near = GemmConfig(64, 128, schedule="pingpong", cluster_n=2, swap_ab=True)
+    far = GemmConfig(128, 256, cluster_m=2)
+    few = GemmConfig(64, 64, schedule="pingpong", splits=4, a_rows=16)
+    prior = MeasuredTable("NVIDIA Other", "sm90a", "16bit", "test", tuple(
+        MeasuredEntry(n, k, m, c, 0.01, 0.01, 0.01)
+        for m, c in ((16, few), (32, few.replace(a_rows=32)), (192, near), (1024, far))))
+    assert ts.prior_candidates(prior, n, k, 128) == [near, near.replace(cluster_n=1), near.replace(cluster_m=2,
+                                                                                                 cluster_n=1)]
+    assert ts.prior_candidates(prior, n, k, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
+    assert ts.prior_candidates(prior, 4096, 4096, 128) == []
+    compiled = []
+    def gemm(a, b, *, config, out):
+        return out.copy_((a.float() @ b.float()).to(out.dtype))
+
+    with mock.patch.object(ts, "precompile", lambda pairs, workers=None: [
+            compiled.append(p[1]) or (p[1].name, 0.0, None) for p in pairs]), mock.patch.object(cb, "gemm", gemm):
+        rows = ts.sweep_decode(ms=(128,), space="prior", prior=prior, models=["phi3-mini"], log=lambda *a: None,
+                               device="cpu", timer=lambda fn: 1.0)
+    assert {near, far} & set(compiled) == {near}  # 1024 is more than twice 128
+    for row in rows:
+        problem, _ = ts.sweep_problem("bfloat16", 128, row["n"], row["k"])
+        expected = {c.name for c in ts.prior_candidates(prior, row["n"], row["k"], 128)} | {
+            default_config(problem).tiling().name}
+        assert expected <= set(row["times"]) and row["pick"] in row["times"]
+    with pytest.raises(ValueError, match="prior table"):
+        ts.sweep_decode(ms=(128,), space="prior", models=["phi3-mini"], device="cpu", timer=lambda fn: 1.0)
