@@ -207,3 +207,30 @@ def test_kernels_per_call_averages_each_kernel_over_the_calls(monkeypatch):
     assert len(calls) == 4
     assert got == [{"name": "gemm", "launches": 1.0, "us": 40.0}, {"name": "silu_mul", "launches": 2.0, "us": 10.0}]
     assert bench.kernels_text(got) == "kernels per call (sum 50.0 us): 40.0 us gemm; 10.0 us silu_mul (x2)"
+
+
+def test_block_summary_sets_the_timed_and_the_gpu_time_ratios_against_the_baselines_mean():
+    """--isolated's summary: each row's timed call, compile and kernels' GPU time against the mean
+    of the block's aten+triton rows, and each variant's median over the rounds. The timed call
+    holds a host share the kernels do not, so the two ratios differ; both are reported."""
+    from cutedsl_backend.validation.bench_inductor import block_summary
+
+    def row(variant, ms, compile_s, *kernel_us):
+        return {"variant": variant, "ms": ms, "compile_s": compile_s,
+                "kernels": [{"name": f"k{i}", "launches": 1, "us": us} for i, us in enumerate(kernel_us)]}
+
+    rows = [row("aten+triton", 2.2, 13.0, 1200.0, 580.0, 120.0), row("cutedsl cold", 2.1, 10.0, 1220.0, 600.0),
+            row("cutedsl warm", 2.12, 9.0, 1225.0, 600.0), row("aten+triton", 2.1, 12.0, 1200.0, 580.0, 140.0)]
+    lines = block_summary("swiglu", rows, medians=True)
+    assert rows[1]["speedup_vs_aten_triton"] == pytest.approx(2.15 / 2.1)
+    assert rows[1]["gpu_us"] == 1820.0 and rows[1]["gpu_speedup_vs_aten_triton"] == pytest.approx(1910.0 / 1820.0)
+    assert rows[0]["gpu_speedup_vs_aten_triton"] == pytest.approx(1910.0 / 1900.0)
+    assert rows[2]["compile_ratio_vs_aten_triton"] == pytest.approx(9.0 / 12.5)
+    assert any("GPU 1820.0 us (1.049x)" in line for line in lines)
+    median = next(line for line in lines if "cutedsl cold" in line and "median of 1" in line)
+    assert "1.024x block" in median and "1.049x GPU time" in median
+    # rows without kernels (--kernels off): no GPU-time ratio, the timed call's as before
+    bare = [{k: r[k] for k in ("variant", "ms", "compile_s")} for r in rows]
+    lines = block_summary("swiglu", bare)
+    assert not any("GPU" in line for line in lines) and "gpu_us" not in bare[1]
+    assert block_summary("swiglu", bare[1:3]) == []  # no baseline: nothing to compare with
