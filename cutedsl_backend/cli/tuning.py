@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from .common import Command, dims, ints, names, shapes, write_json
 
@@ -84,12 +83,21 @@ def _sweep_decode(args, p) -> int:
         write_json(args.json, rows, atomic=True)
 
     prior = None
+    if (args.space == "prior") != bool(args.prior):
+        p.error("--space prior and --prior TABLE go together")
     if args.prior:
-        from ..configs.measured import MeasuredTable
+        from ..configs.measured import SWEEP_OPERANDS
+        from ..validation.tune import load_prior
 
-        prior = MeasuredTable.from_json(json.loads(Path(args.prior).read_text()))
-    elif args.space == "prior":
-        p.error("--space prior needs --prior TABLE")
+        try:
+            prior, _ = load_prior(args.prior)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--prior {args.prior}: {e}")
+        if prior.operands != SWEEP_OPERANDS[args.dtype]:
+            p.error(f"--prior {args.prior}: a {prior.operands} table; --dtype {args.dtype} sweeps "
+                    f"{SWEEP_OPERANDS[args.dtype]} operands")
+        if args.stream_k:
+            p.error("--space prior times the prior's configs as named: no --stream-k")
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
                       dtype=args.dtype, checkpoint=save, stream_k=args.stream_k, prior=prior))
     return 0

@@ -357,8 +357,9 @@ def block_summary(block: str, block_rows: list, medians: bool = False) -> list:
     (``compile_ratio_vs_aten_triton``) and, where the rows list their kernels, the GPU time
     (``gpu_us``: the kernels' device time per call; ``gpu_speedup_vs_aten_triton``). A timed call
     also holds the host's share of the call (the compiled module's wrapper, the CUDA-graph replay's
-    launch) wherever the GPU waits for it, the same for every variant; the kernels' time is what the
-    block costs inside a model's graph. ``medians``: also each variant's median over its rows."""
+    launch) wherever the GPU waits for it: the same code in every variant, but its time varies from
+    one process to the next; the kernels' time is what the block costs inside a model's graph.
+    ``medians``: also each variant's median over its rows."""
     import statistics
 
     base = [r for r in block_rows if r["variant"] == "aten+triton"]

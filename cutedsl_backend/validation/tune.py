@@ -20,6 +20,21 @@ def gpu_slug(gpu: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
 
 
+def load_prior(path: str):
+    """(the config table in ``path``, the first 12 hex digits of its content's sha256), for a
+    sweep re-measuring it on this GPU (tuning_sweeps.prior_candidates); an sm90a table only (the
+    sweeps time sm90a candidates)."""
+    import hashlib
+
+    from ..configs.measured import MeasuredTable
+
+    text = Path(path).read_bytes()
+    table = MeasuredTable.from_json(json.loads(text))
+    if table.arch != "sm90a":
+        raise ValueError(f"{path}: an {table.arch} table; the sweeps time sm90a candidates")
+    return table, hashlib.sha256(text).hexdigest()[:12]
+
+
 def _write(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -85,22 +100,22 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     runs += [("fp8_tensorwise", "decode", m) for m in fp8_decode_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     runs += [("fp8_tensorwise", "swap", m) for m in fp8_swap_ms]
-    prior_tables: dict = {}  # dtype -> (table, file)
+    prior_tables: dict = {}  # dtype -> (table, its file name, a digest of its content)
     for prior in priors:
-        from ..configs.measured import MeasuredTable
-
-        table = MeasuredTable.from_json(json.loads(Path(prior).read_text()))
+        table, digest = load_prior(prior)
         prior_dtype = {"16bit": "bfloat16", "fp8_precise": "fp8_tensorwise"}.get(table.operands)
         if prior_dtype is None or prior_dtype in prior_tables:
             raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
-        prior_tables[prior_dtype] = (table, Path(prior).name)
+        prior_tables[prior_dtype] = (table, Path(prior).name, digest)
         runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}
     for dtype, space, m in runs:
         sk = stream_k and space == "mid"
-        name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}{'-sk' if sk else ''}.json"
+        # a prior's rows are named by its content: another table's are never taken for them
+        suffix = "-sk" if sk else f"-{prior_tables[dtype][2]}" if space == "prior" else ""
+        name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}{suffix}.json"
         if (out / "sweeps" / name).exists():
             log(f"tune: {dtype} {space} M={m}: measured before, its rows kept ({name})")
             got = load_sweep_rows([out / "sweeps" / name])
@@ -113,8 +128,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
                                f"{' --stream-k' if sk else ''}"
-                               f"{f' --prior {prior_tables[dtype][1]}' if space == 'prior' else ''}{model_arg}"
-                               f" --json {name}")
+                               + (f" --prior {prior_tables[dtype][1]}" if space == "prior" else "")
+                               + f"{model_arg} --json {name}")
     made = []
     for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
         if not rows[dtype]:
@@ -123,6 +138,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
                   f"cutedsl-backend {versions.get('cutedsl_backend')}. python -m cutedsl_backend tune ran: "
                   + "; ".join(commands[dtype])
+                  + (f" (the prior {prior_tables[dtype][1]}: sha256 {prior_tables[dtype][2]}..., its rows' file names "
+                     "end in that digest)" if dtype in prior_tables else "")
                   + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())

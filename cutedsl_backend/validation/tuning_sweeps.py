@@ -199,14 +199,19 @@ def swap_candidates(arch: str = "sm90a") -> list:
 
 def prior_candidates(prior, n: int, k: int, m: int) -> list:
     """The configs a ``prior`` table (configs.measured.MeasuredTable, measured on another GPU) names
-    for projection (n, k) near ``m`` tokens - at ``m`` itself up to 64 tokens (a few-token config's
-    A loads fit its M), else at the measured token counts within a factor 2 - each also with the
-    clusters 1x1, 2x1 and 1x2: the candidates of a sweep that re-measures that table on this GPU
-    (a few per cell instead of the whole space; which cluster wins moved between the H100 and H200)."""
-    from ..configs.config import DECODE_MAX_M
+    for projection (n, k) near ``m`` tokens, each also with the clusters 1x1, 2x1 and 1x2: the
+    candidates of a sweep that re-measures that table on this GPU (about a dozen per cell instead
+    of the whole space; which cluster wins moved between the H100 and H200). Near: up to 64 tokens
+    the few-token entry that would serve ``m`` (the smallest measured M at or above it loading the
+    same rows of A, configs.decode_a_rows), else the entries measured within a factor 2 of ``m``."""
+    from ..configs.config import DECODE_MAX_M, decode_a_rows
 
-    near = [e.config.tiling() for e in prior.entries if (e.n, e.k) == (n, k) and e.config is not None
-            and (e.m == m if m <= DECODE_MAX_M else m / 2 <= e.m <= 2 * m)]
+    mine = [e for e in prior.entries if (e.n, e.k) == (n, k) and e.config is not None]
+    if m <= DECODE_MAX_M:
+        serving = [e for e in mine if m <= e.m <= DECODE_MAX_M and decode_a_rows(e.m) == decode_a_rows(m)]
+        near = [min(serving, key=lambda e: e.m).config.tiling()] if serving else []
+    else:
+        near = [e.config.tiling() for e in mine if m / 2 <= e.m <= 2 * m]
     return list(dict.fromkeys(c.replace(cluster_m=cm, cluster_n=cn) for c in near
                               for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))))
 
@@ -277,8 +282,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fast = dtype == "fp8_tensorwise_fast"
     projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
     if space == "prior":
-        if prior is None:
-            raise ValueError("sweep_decode: space 'prior' needs a prior table")
+        if prior is None or stream_k:
+            raise ValueError("sweep_decode: space 'prior' needs a prior table, and times its configs as named "
+                             "(no stream-K forms)")
         cell_cands = {(n, k, m): prior_candidates(prior, n, k, m) for n, k in ((p.n, p.k) for p in projections)
                       for m in ms}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))

@@ -443,8 +443,22 @@ def test_tune_with_a_prior_table_re_measures_it_at_its_token_counts(tmp_path):
     assert all(c[3] == prior for c in calls)
     made = MeasuredTable.from_json(json.loads(path.read_text()))
     assert made.gpu == GPU and [(e.m, e.config) for e in made.entries] == [(128, SWAP), (384, SWAP)]
-    assert "--space prior --dtype bfloat16 --ms 384 --prior prior.json" in made.source
-    assert (tmp_path / "out" / "sweeps" / "sweep-prior-bf16-m128.json").exists()
+    from cutedsl_backend.validation.tune import load_prior
+
+    digest = load_prior(str(tmp_path / "prior.json"))[1]
+    assert "--space prior --dtype bfloat16 --ms 384 --prior prior.json" in made.source and digest in made.source
+    assert (tmp_path / "out" / "sweeps" / f"sweep-prior-bf16-m128-{digest}.json").exists()
+    # another prior (another content) is swept anew, never served the first one's rows
+    other = table(entry(128, COOP), gpu="NVIDIA Other")
+    (tmp_path / "prior.json").write_text(json.dumps(other.to_json()))
+    tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+         gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),))
+    assert len(calls) == 3 and calls[-1][3] == other
+    sm100 = MeasuredTable(GPU, "sm100a", "16bit", "test", prior.entries)
+    (tmp_path / "sm100.json").write_text(json.dumps(sm100.to_json()))
+    with pytest.raises(ValueError, match="sm90a"):
+        tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+             gpu=GPU, versions={}, priors=(str(tmp_path / "sm100.json"),))
     with pytest.raises(ValueError, match="one 16bit"):  # two priors of one class
         tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
              gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),) * 2)

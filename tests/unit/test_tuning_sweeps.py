@@ -131,28 +131,36 @@ def test_the_decode_sweep_times_the_configs_loading_the_rows_m_needs(monkeypatch
 
 
 def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
-    """sweep-decode --space prior: per cell, the configs another GPU's table names for that
-    projection near M (at M itself up to 64 tokens), each with clusters 1x1, 2x1 and 1x2, plus
-    the models' pick - checked against float64 and timed like any sweep's."""
+    """sweep-decode --space prior: per cell exactly the configs another GPU's table names for that
+    projection near M (up to 64 tokens the few-token entry that would serve M), each with clusters
+    1x1, 2x1 and 1x2, plus the models' pick and the ranking's best unswapped config - checked
+    against float64 and timed like any sweep's; never another projection's configs."""
+    import argparse
     from unittest import mock
 
     import cutedsl_backend as cb
-    from cutedsl_backend.configs import GemmConfig, default_config
+    from cutedsl_backend.configs import GemmConfig, default_config, is_valid, rank_configs
     from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
     from cutedsl_backend.validation import tuning_sweeps as ts
 
-    n, k = 3072, 3072  # phi3-mini's qkv and o projections
+    o, qkv = (3072, 3072), (9216, 3072)  # phi3-mini's o and qkv projections
     near = GemmConfig(64, 128, schedule="pingpong", cluster_n=2, swap_ab=True)
     far = GemmConfig(128, 256, cluster_m=2)
     few = GemmConfig(64, 64, schedule="pingpong", splits=4, a_rows=16)
+    wide = GemmConfig(128, 192, cluster_n=2)
     prior = MeasuredTable("NVIDIA Other", "sm90a", "16bit", "test", tuple(
         MeasuredEntry(n, k, m, c, 0.01, 0.01, 0.01)
-        for m, c in ((16, few), (32, few.replace(a_rows=32)), (192, near), (1024, far))))
-    assert ts.prior_candidates(prior, n, k, 128) == [near, near.replace(cluster_n=1), near.replace(cluster_m=2,
-                                                                                                 cluster_n=1)]
-    assert ts.prior_candidates(prior, n, k, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
+        for (n, k), m, c in ((o, 16, few), (o, 32, few.replace(a_rows=32)), (o, 192, near), (o, 1024, far),
+                             (o, 160, None), (qkv, 128, wide))))
+    assert ts.prior_candidates(prior, *o, 128) == [near, near.replace(cluster_n=1),
+                                                   near.replace(cluster_m=2, cluster_n=1)]
+    assert ts.prior_candidates(prior, *o, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
+    assert ts.prior_candidates(prior, *o, 8) == ts.prior_candidates(prior, *o, 16)  # 16 serves 1-16
+    assert ts.prior_candidates(prior, *o, 24)[0] == few.replace(a_rows=32)  # 32 serves 17-32
+    assert ts.prior_candidates(prior, *o, 48) == []  # no entry loads a whole 64-row tile
     assert ts.prior_candidates(prior, 4096, 4096, 128) == []
     compiled = []
+
     def gemm(a, b, *, config, out):
         return out.copy_((a.float() @ b.float()).to(out.dtype))
 
@@ -160,11 +168,30 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
             compiled.append(p[1]) or (p[1].name, 0.0, None) for p in pairs]), mock.patch.object(cb, "gemm", gemm):
         rows = ts.sweep_decode(ms=(128,), space="prior", prior=prior, models=["phi3-mini"], log=lambda *a: None,
                                device="cpu", timer=lambda fn: 1.0)
-    assert {near, far} & set(compiled) == {near}  # 1024 is more than twice 128
+    assert set(compiled) == set(ts.prior_candidates(prior, *o, 128) + ts.prior_candidates(prior, *qkv, 128))
+    assert far not in compiled  # 1024 is more than twice 128
+    assert {(r["n"], r["k"]) for r in rows} >= {o, qkv}
     for row in rows:
         problem, _ = ts.sweep_problem("bfloat16", 128, row["n"], row["k"])
-        expected = {c.name for c in ts.prior_candidates(prior, row["n"], row["k"], 128)} | {
-            default_config(problem).tiling().name}
-        assert expected <= set(row["times"]) and row["pick"] in row["times"]
+        extra = {default_config(problem), next(c for c in rank_configs(problem) if not c.swap_ab)}
+        named = ts.prior_candidates(prior, row["n"], row["k"], 128)
+        expected = {c.tiling().name for c in named + list(extra)
+                    if is_valid(c, problem.swapped() if c.swap_ab else problem)}
+        assert set(row["times"]) == expected and row["pick"] in row["times"], (row["n"], row["k"])
     with pytest.raises(ValueError, match="prior table"):
         ts.sweep_decode(ms=(128,), space="prior", models=["phi3-mini"], device="cpu", timer=lambda fn: 1.0)
+    with pytest.raises(ValueError, match="no stream-K"):
+        ts.sweep_decode(ms=(128,), space="prior", prior=prior, stream_k=True, models=["phi3-mini"], device="cpu",
+                        timer=lambda fn: 1.0)
+    # the command line: --space prior and --prior together, the table's class the --dtype's
+    from cutedsl_backend.cli import tuning
+
+    parser = argparse.ArgumentParser()
+    tuning._sweep_decode_arguments(parser)
+    for argv in (["--space", "prior"], ["--space", "mid", "--prior", "t.json"],
+                 ["--space", "prior", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-fp8.json"],
+                 ["--space", "prior", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json",
+                  "--stream-k"]):
+        with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
+                pytest.raises(SystemExit):
+            tuning._sweep_decode(parser.parse_args(argv), parser)
