@@ -258,6 +258,38 @@ def _compiles_with_the_gates(problem, cfg, spec) -> None:
     assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
 
 
+def _shipped_table_kernels() -> list:
+    """(problem, config as the dispatcher runs it, epilogue) once per distinct kernel the shipped
+    sm90a config tables can run: each named config at the first entry naming it (configs.as_run's
+    policies applied; bf16, or e4m3 with scalar scales, the tables' operands)."""
+    from cutedsl_backend.configs.as_run import as_run
+    from cutedsl_backend.configs.measured import MeasuredTables
+    from cutedsl_backend.problem import GemmProblem
+
+    tables = MeasuredTables(env="CUTEDSL_BACKEND_SHIPPED_TABLES_ONLY")  # never a user's directory
+    kernels: dict = {}
+    for table in [t for ts in tables._load().values() for t in ts if t.arch == "sm90a"]:
+        fp8 = table.operands != "16bit"
+        spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
+        for e in table.entries:
+            if e.config is not None:
+                problem = GemmProblem(e.m, e.n, e.k, 1, "float8_e4m3fn" if fp8 else "bfloat16", "bfloat16", "k",
+                                      "k", "sm90a")
+                cfg = as_run(e.config, problem, spec)
+                kernels.setdefault((table.operands, cfg), (problem.swapped() if cfg.swap_ab else problem, cfg,
+                                                           spec or EpilogueSpec()))
+    return list(kernels.values())
+
+
+@pytest.mark.parametrize("problem, cfg, spec", _shipped_table_kernels(),
+                         ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: None)() or "")
+def test_every_kernel_a_shipped_table_names_compiles_with_the_gates(problem, cfg, spec):
+    """What a shipped config table serves compiles for its own operands: MMAs, TMA loads and stores,
+    no spills, within the compile budget (tables name configs from timing sweeps on a GPU; this is
+    their gate where no GPU is)."""
+    _compiles_with_the_gates(problem, cfg, spec)
+
+
 @pytest.mark.parametrize("cfg, dtype, spec", [
     (GemmConfig(128, 160), "bfloat16", EpilogueSpec()),
     (GemmConfig(128, 224, cluster_m=2), "bfloat16", EpilogueSpec(bias="col", activation="silu")),
