@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 
 def gpu_slug(gpu: str) -> str:
@@ -33,6 +33,14 @@ def load_prior(path: str):
     if table.arch != "sm90a":
         raise ValueError(f"{path}: an {table.arch} table; the sweeps time sm90a candidates")
     return table, hashlib.sha256(text).hexdigest()[:12]
+
+
+class _Prior(NamedTuple):
+    """A prior table as tune sweeps it: the table, its file's name, its content's digest."""
+
+    table: object
+    file: str
+    digest: str
 
 
 def _write(path: Path, data) -> None:
@@ -75,7 +83,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     or one run in parts, goes on where it stopped); ``out_dir/tuned-on.json`` records the GPU
     model and the models' projections, and a directory measured on another GPU or other
     projections is refused (ValueError)."""
-    from ..configs.measured import table_from_sweeps
+    from ..configs.measured import SWEEP_OPERANDS, table_from_sweeps
     from .tuning_sweeps import load_sweep_rows, sweep_decode
 
     sweep = sweep or sweep_decode
@@ -100,35 +108,36 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     runs += [("fp8_tensorwise", "decode", m) for m in fp8_decode_ms]
     runs += [("fp8_tensorwise", "mid", m) for m in fp8_ms]
     runs += [("fp8_tensorwise", "swap", m) for m in fp8_swap_ms]
-    prior_tables: dict = {}  # dtype -> (table, its file name, a digest of its content)
-    for prior in priors:
-        table, digest = load_prior(prior)
-        prior_dtype = {"16bit": "bfloat16", "fp8_precise": "fp8_tensorwise"}.get(table.operands)
-        if prior_dtype is None or prior_dtype in prior_tables:
-            raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
-        prior_tables[prior_dtype] = (table, Path(prior).name, digest)
-        runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
     rows: dict = {"bfloat16": [], "fp8_tensorwise": []}
     commands: dict = {"bfloat16": [], "fp8_tensorwise": []}
     files: dict = {"bfloat16": [], "fp8_tensorwise": []}
+    prior_tables: dict = {}  # the sweep dtype -> _Prior
+    for prior in priors:
+        table, digest = load_prior(prior)
+        # the dtype whose sweep rows a table of this class is made from (tune sweeps these two)
+        prior_dtype = next((d for d in rows if SWEEP_OPERANDS[d] == table.operands), None)
+        if prior_dtype is None or prior_dtype in prior_tables:
+            raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
+        prior_tables[prior_dtype] = _Prior(table, Path(prior).name, digest)
+        runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
     for dtype, space, m in runs:
         sk = stream_k and space == "mid"
         # a prior's rows are named by its content: another table's are never taken for them
-        suffix = "-sk" if sk else f"-{prior_tables[dtype][2]}" if space == "prior" else ""
+        suffix = "-sk" if sk else f"-{prior_tables[dtype].digest}" if space == "prior" else ""
         name = f"sweep-{space}-{'bf16' if dtype == 'bfloat16' else 'fp8'}-m{m}{suffix}.json"
         if (out / "sweeps" / name).exists():
             log(f"tune: {dtype} {space} M={m}: measured before, its rows kept ({name})")
             got = load_sweep_rows([out / "sweeps" / name])
         else:
             log(f"tune: {dtype} {space} M={m}")
-            extra = {"stream_k": True} if sk else {"prior": prior_tables[dtype][0]} if space == "prior" else {}
+            extra = {"stream_k": True} if sk else {"prior": prior_tables[dtype].table} if space == "prior" else {}
             got = sweep((m,), space=space, models=models, dtype=dtype, log=log, **extra)
             _write(out / "sweeps" / name, got)
         rows[dtype] += got
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
                                f"{' --stream-k' if sk else ''}"
-                               + (f" --prior {prior_tables[dtype][1]}" if space == "prior" else "")
+                               + (f" --prior {prior_tables[dtype].file}" if space == "prior" else "")
                                + f"{model_arg} --json {name}")
     made = []
     for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
@@ -138,8 +147,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
                   f"cutedsl-backend {versions.get('cutedsl_backend')}. python -m cutedsl_backend tune ran: "
                   + "; ".join(commands[dtype])
-                  + (f" (the prior {prior_tables[dtype][1]}: sha256 {prior_tables[dtype][2]}..., its rows' file names "
-                     "end in that digest)" if dtype in prior_tables else "")
+                  + (f" (the prior {prior_tables[dtype].file}: sha256 {prior_tables[dtype].digest}..., its rows' "
+                     "file names end in that digest)" if dtype in prior_tables else "")
                   + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())

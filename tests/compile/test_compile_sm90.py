@@ -263,12 +263,12 @@ def _shipped_table_kernels() -> list:
     sm90a config tables can run: each named config at the first entry naming it (configs.as_run's
     policies applied; bf16, or e4m3 with scalar scales, the tables' operands)."""
     from cutedsl_backend.configs.as_run import as_run
-    from cutedsl_backend.configs.measured import MeasuredTables
+    from cutedsl_backend.configs.measured import TABLE_DIR, MeasuredTable
     from cutedsl_backend.problem import GemmProblem
 
-    tables = MeasuredTables(env="CUTEDSL_BACKEND_SHIPPED_TABLES_ONLY")  # never a user's directory
+    shipped = [MeasuredTable.from_json(json.loads(path.read_text())) for path in sorted(TABLE_DIR.glob("*.json"))]
     kernels: dict = {}
-    for table in [t for ts in tables._load().values() for t in ts if t.arch == "sm90a"]:
+    for table in [t for t in shipped if t.arch == "sm90a"]:
         fp8 = table.operands != "16bit"
         spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
         for e in table.entries:
