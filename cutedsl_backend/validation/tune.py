@@ -80,10 +80,11 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
     Resumes: a sweep whose rows ``out_dir`` already holds is not run again (an interrupted tune,
-    or one run in parts, goes on where it stopped); ``out_dir/tuned-on.json`` records the GPU
+    or one run in parts, goes on where it stopped; the tables are rewritten after every sweep, so one
+    stopped part-way leaves those of what it measured); ``out_dir/tuned-on.json`` records the GPU
     model and the models' projections, and a directory measured on another GPU or other
     projections is refused (ValueError)."""
-    from ..configs.measured import SWEEP_OPERANDS, table_from_sweeps
+    from ..configs.measured import SWEEP_OPERANDS
     from .tuning_sweeps import load_sweep_rows, sweep_decode
 
     sweep = sweep or sweep_decode
@@ -120,6 +121,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
             raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
         prior_tables[prior_dtype] = _Prior(table, Path(prior).name, digest)
         runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
+    write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables, log)
     for dtype, space, m in runs:
         sk = stream_k and space == "mid"
         # a prior's rows are named by its content: another table's are never taken for them
@@ -139,10 +141,18 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
                                f"{' --stream-k' if sk else ''}"
                                + (f" --prior {prior_tables[dtype].file}" if space == "prior" else "")
                                + f"{model_arg} --json {name}")
-    made = []
-    for dtype, suffix in (("bfloat16", "16bit"), ("fp8_tensorwise", "fp8")):
-        if not rows[dtype]:
-            continue
+        if got:  # after every sweep: a tune stopped part-way leaves the tables of what it measured
+            write_table(dtype, quiet=True)
+    return [write_table(dtype) for dtype in rows if rows[dtype]]
+
+
+def _table_writer(out: Path, gpu: str, versions: dict, rows: dict, commands: dict, files: dict,
+                  prior_tables: dict, log: Callable) -> Callable:
+    """A function writing one sweep dtype's table from the rows measured so far; returns its path."""
+    from ..configs.measured import table_from_sweeps
+
+    def write_table(dtype: str, quiet: bool = False) -> Path:
+        suffix = "16bit" if dtype == "bfloat16" else "fp8"
         path = out / f"{gpu_slug(gpu)}-{suffix}.json"
         source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
                   f"cutedsl-backend {versions.get('cutedsl_backend')}. python -m cutedsl_backend tune ran: "
@@ -152,8 +162,10 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
                   + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())
-        named = sum(e.beats_models() for e in table.entries)
-        log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster than "
-            "the models' pick")
-        made.append(path)
-    return made
+        if not quiet:
+            named = sum(e.beats_models() for e in table.entries)
+            log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster "
+                "than the models' pick")
+        return path
+
+    return write_table

@@ -331,6 +331,8 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
 
 
 def test_tune_resumes_where_it_stopped_and_only_on_the_same_gpu(tmp_path):
+    """A tune stopped during a sweep leaves the table of the sweeps it finished, and a rerun
+    measures only the rest."""
     from cutedsl_backend.validation.tune import tune
 
     calls = []
@@ -346,7 +348,10 @@ def test_tune_resumes_where_it_stopped_and_only_on_the_same_gpu(tmp_path):
                 versions={})
     with pytest.raises(KeyboardInterrupt):
         tune(str(tmp_path), **args)
+    (stopped,) = (tmp_path).glob("*-16bit.json")  # the table of what the stopped tune measured
+    assert [e.m for e in MeasuredTable.from_json(json.loads(stopped.read_text())).entries] == [384]
     (path,) = tune(str(tmp_path), **args)
+    assert path == stopped
     assert calls == [((384,), "mid"), ((192,), "swap"), ((192,), "swap")]  # the first sweep's rows kept
     assert [e.m for e in MeasuredTable.from_json(json.loads(path.read_text())).entries] == [192, 384]
     with pytest.raises(ValueError, match="another directory"):
