@@ -23,6 +23,29 @@ def _median_ms(fn, warmup=50, rep=300) -> float:
     return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def back_to_back_ms(fn, calls: int = 20, reps: int = 7) -> float:
+    """Median time per call of ``calls`` calls of ``fn`` issued back to back (one pair of CUDA
+    events around them, ``reps`` times): the host issues the next call while the GPU runs this
+    one, as a model's forward issues its layers, so host time per call shows only where it
+    exceeds the device's. :func:`_median_ms` (triton's do_bench) times each call alone after an
+    L2 flush, and there the GPU also waits for each call's host work."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
 def graph_of(fn, calls: int = 10):
     """A CUDA graph of ``calls`` back-to-back calls of ``fn`` (one warm-up call first, outside the
     capture: compiles, caches). The warm-up runs on the stream the capture then runs on (torch's

@@ -232,5 +232,11 @@ def test_block_summary_sets_the_timed_and_the_gpu_time_ratios_against_the_baseli
     # rows without kernels (--kernels off): no GPU-time ratio, the timed call's as before
     bare = [{k: r[k] for k in ("variant", "ms", "compile_s")} for r in rows]
     lines = block_summary("swiglu", bare)
-    assert not any("GPU" in line for line in lines) and "gpu_us" not in bare[1]
+    assert not any("GPU" in line or "back to back" in line for line in lines) and "gpu_us" not in bare[1]
+    # rows timed back to back too: that ratio against the baselines' mean as well
+    looped = [dict(r, loop_ms=ms) for r, ms in zip(bare, (2.0, 1.9, 1.92, 1.96))]
+    lines = block_summary("swiglu", looped, medians=True)
+    assert looped[1]["loop_speedup_vs_aten_triton"] == pytest.approx(1.98 / 1.9)
+    assert any("back to back 1.9000 ms (1.042x)" in line for line in lines)
+    assert any("median of 1" in line and "1.042x back to back" in line for line in lines)
     assert block_summary("swiglu", bare[1:3]) == []  # no baseline: nothing to compare with
