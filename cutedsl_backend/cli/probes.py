@@ -3,7 +3,7 @@ SASS identity) and the fuzzer."""
 
 from __future__ import annotations
 
-from .common import Command, ints, no_arguments, write_json
+from .common import Command, dims, ints, names, no_arguments, write_json
 
 
 def _probe_power_arguments(p):
@@ -49,6 +49,29 @@ def _probe_bandwidth(args, p) -> int:
     if not sizes or min(sizes) < 1 or min(ms, default=1) < 1:
         p.error("--sizes-mb needs at least one size; sizes and token counts are positive")
     write_json(args.json, bandwidth_ceiling(sizes, ms))
+    return 0
+
+
+def _probe_peer_arguments(p):
+    p.add_argument("--shapes", default="128x4096x4096,1x4096x4096,16x4096x4096",
+                   help="MxNxK,... (B = W^T as nn.Linear stores W)")
+    p.add_argument("--dtypes", default="float16,bfloat16", help="float16, bfloat16 or both")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_peer(args, p) -> int:
+    from ..validation.probes import REDUCED_PRECISION_FLAGS, peer_precision
+
+    try:
+        wanted = [dims(s) for s in args.shapes.split(",")]
+    except ValueError:
+        p.error("--shapes: MxNxK,... (positive integers)")
+    if any(len(s) != 3 or min(s) < 1 for s in wanted):
+        p.error("--shapes: MxNxK,... (positive integers)")
+    dtypes = names(args.dtypes) or []
+    if not dtypes or any(d not in REDUCED_PRECISION_FLAGS for d in dtypes):
+        p.error(f"--dtypes: one or more of {', '.join(REDUCED_PRECISION_FLAGS)}")
+    write_json(args.json, peer_precision(wanted, dtypes))
     return 0
 
 
@@ -115,6 +138,9 @@ COMMANDS = (
     Command("probe-bandwidth", "how fast the memory lets a kernel read a weight: torch's reductions and a copy "
             "beside cuBLAS and our gemm at a few tokens, in TB/s (the ceiling of decode GEMMs)", True,
             _probe_bandwidth_arguments, _probe_bandwidth),
+    Command("probe-peer", "how much of cuBLAS's 16-bit speed comes from reduced-precision reductions (torch's "
+            "default): torch.matmul with them allowed and disallowed beside our gemm, time and error vs float64",
+            True, _probe_peer_arguments, _probe_peer),
     Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
             "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),
     Command("probe-workers", "how starting the compile worker pool slows the compiling process (CPU only; compare "

@@ -25,10 +25,11 @@ def _median_ms(fn, warmup=50, rep=300) -> float:
 
 def back_to_back_ms(fn, calls: int = 20, reps: int = 7) -> float:
     """Median time per call of ``calls`` calls of ``fn`` issued back to back (one pair of CUDA
-    events around them, ``reps`` times): the host issues the next call while the GPU runs this
-    one, as a model's forward issues its layers, so host time per call shows only where it
-    exceeds the device's. :func:`_median_ms` (triton's do_bench) times each call alone after an
-    L2 flush, and there the GPU also waits for each call's host work."""
+    events around them, ``reps`` times), as a model's forward issues its layers: no L2 flush
+    between calls (:func:`_median_ms`, triton's do_bench, flushes before each call and times each
+    by its own events), and host time per call shows only where it exceeds the device's. One
+    untimed call goes first in each rep, so that the events time calls the host issued while the
+    GPU ran the one before."""
     import torch
 
     for _ in range(3):
@@ -37,6 +38,7 @@ def back_to_back_ms(fn, calls: int = 20, reps: int = 7) -> float:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
+        fn()
         start.record()
         for _ in range(calls):
             fn()

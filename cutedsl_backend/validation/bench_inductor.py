@@ -362,9 +362,10 @@ def block_summary(block: str, block_rows: list, medians: bool = False) -> list:
     back to back (``loop_speedup_vs_aten_triton``, where the rows have ``loop_ms``), its compile
     (``compile_ratio_vs_aten_triton``) and, where the rows list their kernels, the GPU time
     (``gpu_us``: the kernels' device time per call; ``gpu_speedup_vs_aten_triton``). A timed call
-    also holds the host's share of the call (the compiled module's wrapper, the CUDA-graph replay's
-    launch) wherever the GPU waits for it: the same code in every variant, but its time varies from
-    one process to the next; the kernels' time is what the block costs inside a model's graph.
+    also holds time no kernel accounts for (the CUDA-graph replay's launch and the gaps between its
+    kernels, host work the GPU waits for, the L2 flushed before it): the same code in every
+    variant, but its time varies from one process to the next; the kernels' time is what the block
+    costs inside a model's graph.
     ``medians``: also each variant's median over its rows."""
     import statistics
 

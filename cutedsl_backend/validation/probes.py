@@ -2,11 +2,14 @@
 ``probe-*`` commands): where a GEMM's time goes at the power cap (clock and power, or work per
 clock), tile and cluster candidates sustained against the defaults and the peers, an interleaved
 A/B of the fused residual epilogue, the compile worker pool's start-up cost to the compiling
-process, and the rate at which the memory lets a kernel read a weight (the few-token ceiling).
+process, the rate at which the memory lets a kernel read a weight (the few-token ceiling), and how
+much of the peer's speed comes from reducing in reduced precision.
 The routine measuring (validate, bench, sweeps) lives in ``bench`` and ``runner``."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import statistics
 import time
@@ -312,4 +315,73 @@ def _bandwidth_rows(size: int, ms, k: int, rounds: int, log) -> list:
         rows.append(row)
         log(f"{size:5d} MiB  {name:24s} {t:.4f} ms ({row['ms_range'][0]:.4f}-{row['ms_range'][1]:.4f})  "
             f"{row['tbps']:.2f} TB/s")
+    return rows
+
+
+# torch's switches that let cuBLAS reduce a 16-bit GEMM's partial sums in reduced precision (on by
+# default): a split-K kernel may then add its slices in the output's precision, faster and less exact
+REDUCED_PRECISION_FLAGS = {"float16": "allow_fp16_reduced_precision_reduction",
+                           "bfloat16": "allow_bf16_reduced_precision_reduction"}
+
+
+@contextlib.contextmanager
+def _reduced_precision(dtype: str, allowed: bool):
+    import torch
+
+    flags = torch.backends.cuda.matmul
+    name = REDUCED_PRECISION_FLAGS[dtype]
+    before = getattr(flags, name)
+    setattr(flags, name, allowed)
+    try:
+        yield
+    finally:
+        setattr(flags, name, before)
+
+
+def peer_precision(shapes, dtypes=("float16", "bfloat16"), rounds: int = 5, log=print) -> list:
+    """Where the peer's speed comes from its reduction's precision: per ``shapes`` (M, N, K; B =
+    W^T as nn.Linear stores W) and 16-bit dtype, ``torch.matmul`` as torch's defaults run it
+    (reduced-precision reductions allowed), the same with them disallowed (every partial sum added
+    in fp32, as our kernels do), and our ``gemm``; device time (CUDA-graph replay, alternated in
+    ``rounds``; cuBLAS picks its kernel when the graph is captured, under the switch as set then)
+    and each result's error against float64. Rows: the call, median ms and the rounds' range, the
+    ratio against the default peer, rel. L2 error."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from .bench import alternated_graph_ms
+
+    rows = []
+    for (m, n, k), dtype in itertools.product(shapes, dtypes):
+        g = torch.Generator(device="cuda").manual_seed(2026 + m + n + k)
+        dt = getattr(torch, dtype)
+        a = torch.randn(m, k, device="cuda", generator=g).to(dt)
+        b = torch.randn(n, k, device="cuda", generator=g).to(dt).t()
+        names = ("torch.matmul (torch's defaults)", "torch.matmul (fp32 reductions only)", "ours gemm")
+        outs = {name: torch.empty(m, n, device="cuda", dtype=dt) for name in names}
+
+        def peer(allowed, o):
+            def call():
+                with _reduced_precision(dtype, allowed):
+                    torch.matmul(a, b, out=o)
+            return call
+
+        calls = {names[0]: peer(True, outs[names[0]]), names[1]: peer(False, outs[names[1]]),
+                 names[2]: lambda o=outs[names[2]]: cb.gemm(a, b, out=o)}
+        ref = a.double() @ b.double()
+        errors = {}
+        for name, fn in calls.items():
+            outs[name].fill_(float("nan"))
+            fn()
+            errors[name] = float((outs[name].double() - ref).norm() / ref.norm())
+        timed = alternated_graph_ms(calls, rounds)
+        base = timed[names[0]]["ms"]
+        for name in calls:
+            t, runs = timed[name]["ms"], timed[name]["runs"]
+            row = {"m": m, "n": n, "k": k, "dtype": dtype, "call": name, "ms": t, "ms_range": [min(runs), max(runs)],
+                   "peer_default_ms_over_this": base / t, "rel_l2_vs_fp64": errors[name]}
+            rows.append(row)
+            log(f"{m}x{n}x{k} {dtype:8s} {name:36s} {t * 1e3:8.2f} us ({min(runs) * 1e3:.2f}-{max(runs) * 1e3:.2f})"
+                f"  {row['peer_default_ms_over_this']:.3f}x  rel_l2 {errors[name]:.2e}")
     return rows

@@ -10,6 +10,7 @@ directory. Point ``CUTEDSL_BACKEND_CONFIG_TABLES`` at it to use the tables, or c
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
@@ -44,7 +45,11 @@ class _Prior(NamedTuple):
 
 
 def _write(path: Path, data) -> None:
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    """Through a temporary file: a lease killed mid-write leaves the last whole file, not a torn one
+    a resume would fail to read."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(partial, path)
 
 
 # The token counts tune measures by default: the bounds of the buckets a table serves (configs.measured:

@@ -105,3 +105,40 @@ def test_sampler_thread_reads_until_exit(monkeypatch):
     n = len(sampler.samples)
     assert n >= 3 and sampler._thread is None  # joined on exit: no more samples after it
     assert len(sampler.samples) == n
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reduced_precision_switch_is_set_inside_and_restored_after(dtype):
+    """probe-peer's switch of torch's reduced-precision reductions: set for the call it wraps and
+    back as it was afterwards, also when the call raises."""
+    import torch
+
+    from cutedsl_backend.validation.probes import REDUCED_PRECISION_FLAGS, _reduced_precision
+
+    flags = torch.backends.cuda.matmul  # torch's own settings object (properties, not attributes)
+    name = REDUCED_PRECISION_FLAGS[dtype]
+    before = getattr(flags, name)
+    try:
+        setattr(flags, name, True)
+        with _reduced_precision(dtype, False):
+            assert getattr(flags, name) is False
+        assert getattr(flags, name) is True
+        with pytest.raises(RuntimeError), _reduced_precision(dtype, False):
+            raise RuntimeError("the call failed")
+        assert getattr(flags, name) is True
+    finally:
+        setattr(flags, name, before)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", "128x4096"], "--shapes"), (["--shapes", "0x8x8"], "--shapes"), (["--shapes", "ax8x8"], "--shapes"),
+    (["--dtypes", "float32"], "--dtypes"), (["--dtypes", ""], "--dtypes")])
+def test_probe_peer_refuses_bad_arguments_by_name(monkeypatch, capsys, argv, message):
+    import torch
+
+    from cutedsl_backend.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit) as exit_:
+        main(["probe-peer", *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
