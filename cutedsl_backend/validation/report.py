@@ -239,7 +239,9 @@ def launch_units(row: dict, num_sms: int) -> Optional[tuple]:
 def below_gate_markdown(perf: dict, limit: int = 40) -> list:
     """The cells below the gate, slowest first (up to ``limit`` per dtype): our time and the peer's,
     the config and its launch's work units and waves on this GPU's SMs (a last wave left mostly
-    idle costs the whole wave)."""
+    idle costs the whole wave), and where this GPU's measured table serves the cell, the best
+    candidate of its tuning sweep against that sweep's peer (near it: the choice was not what
+    lost; low too: no config the sweep had keeps up there)."""
     num_sms = perf.get("num_sms")
     rows = sorted((r for r in perf.get("results", []) if "ratio" in r and r["ratio"] < perf.get("gate_min_ratio", 0)),
                   key=lambda r: r["ratio"])
@@ -247,13 +249,16 @@ def below_gate_markdown(perf: dict, limit: int = 40) -> list:
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         sel = [r for r in rows if r["dtype"] == dtype]
         out += ["", f"### {dtype}: cells below the gate ({len(sel)}; the slowest {min(limit, len(sel))})", "",
-                "| cell | ratio | ours us | peer us | config | units / waves |", "|---|---|---|---|---|---|"]
+                "| cell | ratio | ours us | peer us | config | units / waves | best in its tuning sweep |",
+                "|---|---|---|---|---|---|---|"]
         for r in sel[:limit]:
             units = launch_units(r, num_sms) if num_sms else None
             fill = "-" if units is None else f"{units[0]} / {units[1]:.2f}"
             us = [f"{r[key] * 1e3:.1f}" if r.get(key) else "-" for key in ("ours_ms", "peer_ms")]
+            tuned = r.get("tuned_best_ratio")
+            best = "-" if not tuned else f"{tuned['ratio']:.2f} (M = {tuned['m']})"
             out.append(f"| {r['model']} {r['projection']} {r['m']}x{r['n']}x{r['k']} | {r['ratio']:.2f} | "
-                       f"{us[0]} | {us[1]} | `{r.get('config', '-')}` | {fill} |")
+                       f"{us[0]} | {us[1]} | `{r.get('config', '-')}` | {fill} | {best} |")
     return out
 
 

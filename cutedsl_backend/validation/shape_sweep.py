@@ -205,6 +205,7 @@ def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
     row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
     row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
     row["config"], row["config_source"], row["table_m"] = _config_choice(dtype, m, n, k)
+    row["tuned_best_ratio"] = _tuned_best_ratio(dtype, m, n, k)
     if not row["correct"]:
         row.update(status="fail", reason=f"wrong result: {check}")
     elif timing["ratio"] < MIN_CELL_RATIO:
@@ -212,6 +213,28 @@ def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
     else:
         row.update(status="pass", reason="")
     return row
+
+
+def _cell_problem(dtype: str, m: int, n: int, k: int) -> tuple:
+    """(GemmProblem, EpilogueSpec or None) of a sweep cell, as the eager API dispatches it."""
+    from ..epilogue import EpilogueSpec
+    from ..problem import make_problem
+
+    if dtype.startswith("gated"):
+        return make_problem(m, n, k, dtype="bfloat16", b_major="k"), EpilogueSpec(gated="silu")
+    if dtype.startswith("fp8"):
+        scales = ("row", "col") if dtype == "fp8_rowwise" else ("scalar", "scalar")
+        return (make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16"),
+                EpilogueSpec(scale_a=scales[0], scale_b=scales[1]))
+    return make_problem(m, n, k, dtype=dtype, b_major="k"), None
+
+
+def _this_gpu(gpu: Optional[str]) -> str:
+    if gpu is not None:
+        return gpu
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> tuple:
@@ -222,28 +245,28 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     than the cell's: the entry serves it from the next measured M up, out of sample)."""
     from ..configs import default_config
     from ..configs.measured import MEASURED
-    from ..epilogue import EpilogueSpec
-    from ..problem import make_problem
 
-    if gpu is None:
-        import torch
-
-        gpu = torch.cuda.get_device_name()
-    spec = None
-    if dtype.startswith("gated"):
-        p = make_problem(m, n, k, dtype="bfloat16", b_major="k")
-        spec = EpilogueSpec(gated="silu")
-    elif dtype.startswith("fp8"):
-        p = make_problem(m, n, k, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16")
-        scales = ("row", "col") if dtype == "fp8_rowwise" else ("scalar", "scalar")
-        spec = EpilogueSpec(scale_a=scales[0], scale_b=scales[1])
-    else:
-        p = make_problem(m, n, k, dtype=dtype, b_major="k")
+    gpu = _this_gpu(gpu)
+    p, spec = _cell_problem(dtype, m, n, k)
     cfg = default_config(p, epilogue=spec, gpu=gpu)
     entry = MEASURED.entry(p, gpu, spec)
     if entry is not None and entry.config == cfg.tiling() and cfg != default_config(p, epilogue=spec):
         return cfg.name, "measured table", entry.m
     return cfg.name, "models", None
+
+
+def _tuned_best_ratio(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> Optional[dict]:
+    """Where this GPU model's measured table has an entry serving the cell: the fastest candidate
+    its tuning sweep timed there against that sweep's peer time (``ratio``) and the token count it
+    was measured at (``m``): whether a cell below the gate lost by the choice or by every config
+    the sweep had. None without such an entry."""
+    from ..configs.measured import MEASURED
+
+    p, spec = _cell_problem(dtype, m, n, k)
+    entry = MEASURED.entry(p, _this_gpu(gpu), spec)
+    if entry is None or not entry.ms or not entry.peer_ms:
+        return None
+    return {"ratio": entry.peer_ms / entry.ms, "m": entry.m}
 
 
 def summarize(rows: list) -> dict:

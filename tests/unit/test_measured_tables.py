@@ -291,6 +291,22 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
 
 
+def test_a_cell_a_table_serves_reports_the_best_its_tuning_sweep_measured():
+    """The report's context for a slow cell: the serving entry's fastest candidate against its own
+    sweep's peer time, and the M it was measured at (the next measured M up for a cell between);
+    none where no table serves (other scales, another GPU, a gated epilogue)."""
+    from cutedsl_backend.validation.shape_sweep import _tuned_best_ratio
+
+    gpu = "NVIDIA H100 80GB HBM3"
+    fp8 = next(t for t in MEASURED.for_gpu(gpu) if t.operands == "fp8_precise")
+    e = next(e for e in fp8.entries if e.m == 192 and (e.n, e.k) == (4096, 4096))
+    assert _tuned_best_ratio("fp8_tensorwise", 192, 4096, 4096, gpu=gpu) == {"ratio": e.peer_ms / e.ms, "m": 192}
+    assert _tuned_best_ratio("fp8_tensorwise", 180, 4096, 4096, gpu=gpu)["m"] == 192
+    assert _tuned_best_ratio("fp8_rowwise", 192, 4096, 4096, gpu=gpu) is None
+    assert _tuned_best_ratio("fp8_tensorwise", 192, 4096, 4096, gpu="NVIDIA Other") is None
+    assert _tuned_best_ratio("gated_silu", 192, 28672, 4096, gpu=gpu) is None
+
+
 def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path, monkeypatch):
     """`python -m cutedsl_backend tune`'s logic with the sweeps stood in for: one table per
     operand class, with the commands behind it, served through CUTEDSL_BACKEND_CONFIG_TABLES."""

@@ -232,5 +232,9 @@ def test_cells_below_the_gate_are_listed_with_their_launchs_units_and_waves():
     text = "\n".join(below_gate_markdown({"results": rows, "gate_min_ratio": 0.9, "num_sms": 132}))
     assert "cells below the gate (2; the slowest 2)" in text
     assert text.index("144x3584x4096") < text.index("1024x4608x3584") and "2048x" not in text
-    assert "| 0.76 | 57.0 | 45.6 | `" + coop + "` | 192 / 1.45 |" in text
-    assert below_gate_markdown({"results": rows, "gate_min_ratio": 0.9})[-1].endswith("| - |")  # no SM count
+    assert "| 0.76 | 57.0 | 45.6 | `" + coop + "` | 192 / 1.45 | - |" in text  # no table serves it
+    assert below_gate_markdown({"results": rows, "gate_min_ratio": 0.9})[-1].endswith("| - | - |")  # no SM count
+    # a cell a measured table serves: its tuning sweep's best candidate against that sweep's peer
+    rows[1]["tuned_best_ratio"] = {"ratio": 0.8312, "m": 160}
+    text = "\n".join(below_gate_markdown({"results": rows, "gate_min_ratio": 0.9, "num_sms": 132}))
+    assert "| 112 / 0.85 | 0.83 (M = 160) |" in text
