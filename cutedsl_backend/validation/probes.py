@@ -326,11 +326,15 @@ REDUCED_PRECISION_FLAGS = {"float16": "allow_fp16_reduced_precision_reduction",
 
 @contextlib.contextmanager
 def _reduced_precision(dtype: str, allowed: bool):
+    """``dtype``'s reduced-precision reductions allowed or not (a bool: split-K allowed too) while
+    inside; then torch's whole setting as before (since torch 2.10 a pair, reduced precision and
+    split-K, of which the property reads only the first)."""
     import torch
 
     flags = torch.backends.cuda.matmul
     name = REDUCED_PRECISION_FLAGS[dtype]
-    before = getattr(flags, name)
+    full = getattr(torch._C, f"_get_cublas_{name}", None)
+    before = full() if full is not None else getattr(flags, name)
     setattr(flags, name, allowed)
     try:
         yield

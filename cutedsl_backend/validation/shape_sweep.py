@@ -259,9 +259,12 @@ def _tuned_best_ratio(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = N
     """Where this GPU model's measured table has an entry serving the cell: the fastest candidate
     its tuning sweep timed there against that sweep's peer time (``ratio``) and the token count it
     was measured at (``m``): whether a cell below the gate lost by the choice or by every config
-    the sweep had. None without such an entry."""
+    the sweep had. None without such an entry, and for fp16 cells (16-bit tables are swept in
+    bf16, against cuBLAS's bf16 kernels)."""
     from ..configs.measured import MEASURED
 
+    if dtype == "float16":
+        return None
     p, spec = _cell_problem(dtype, m, n, k)
     entry = MEASURED.entry(p, _this_gpu(gpu), spec)
     if entry is None or not entry.ms or not entry.peer_ms:

@@ -117,7 +117,8 @@ def test_reduced_precision_switch_is_set_inside_and_restored_after(dtype):
 
     flags = torch.backends.cuda.matmul  # torch's own settings object (properties, not attributes)
     name = REDUCED_PRECISION_FLAGS[dtype]
-    before = getattr(flags, name)
+    full = getattr(torch._C, f"_get_cublas_{name}", None)
+    before = full() if full is not None else getattr(flags, name)
     try:
         setattr(flags, name, True)
         with _reduced_precision(dtype, False):
@@ -126,6 +127,11 @@ def test_reduced_precision_switch_is_set_inside_and_restored_after(dtype):
         with pytest.raises(RuntimeError), _reduced_precision(dtype, False):
             raise RuntimeError("the call failed")
         assert getattr(flags, name) is True
+        if full is not None:  # torch >= 2.10: (reduced precision, split-K), both restored
+            setattr(flags, name, (False, False))
+            with _reduced_precision(dtype, True):
+                assert full() == (True, True)
+            assert full() == (False, False)
     finally:
         setattr(flags, name, before)
 

@@ -305,6 +305,8 @@ def test_a_cell_a_table_serves_reports_the_best_its_tuning_sweep_measured():
     assert _tuned_best_ratio("fp8_rowwise", 192, 4096, 4096, gpu=gpu) is None
     assert _tuned_best_ratio("fp8_tensorwise", 192, 4096, 4096, gpu="NVIDIA Other") is None
     assert _tuned_best_ratio("gated_silu", 192, 28672, 4096, gpu=gpu) is None
+    assert _tuned_best_ratio("float16", 192, 4096, 4096, gpu=gpu) is None  # swept in bf16, against bf16 cuBLAS
+    assert _tuned_best_ratio("bfloat16", 192, 4096, 4096, gpu=gpu) is not None
 
 
 def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path, monkeypatch):
