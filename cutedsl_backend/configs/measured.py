@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -46,7 +47,8 @@ class MeasuredEntry:
     """The config serving (n, k) up to m tokens: the fastest measured there, or the models' pick
     where it was as fast (within the table's noise margin; None in tables made before picks were
     kept: the models serve); ``ms`` the fastest time, ``peer_ms`` the peer's in the same run,
-    ``model_ms`` the time of the pick the models made then."""
+    ``model_ms`` the time of the pick the models made then (``peer_ms`` over several sweeps at
+    this M: their median)."""
 
     n: int
     k: int
@@ -176,7 +178,7 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
         best = min(times, key=lambda name: (times[name], name))
         model_ms = times.get(slot["pick"], math.inf)
         kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
-        peer = sorted(slot["peer"])[len(slot["peer"]) // 2]
+        peer = statistics.median(slot["peer"])  # two sweeps at one M (mid-size and swap-AB): their mean
         # a table names configs unmoved: the edge policy moves the last tiles of whichever it serves
         entries.append(MeasuredEntry(n, k, m, GemmConfig.from_name(kept).tiling(), times[best], peer,
                                      model_ms if math.isfinite(model_ms) else -1.0))

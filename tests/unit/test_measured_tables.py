@@ -133,6 +133,11 @@ def test_a_table_names_the_fastest_config_where_it_beats_the_models_pick_else_th
     assert [(e.m, e.config) for e in t.entries] == [(128, COOP), (256, SWAP), (384, COOP), (512, SWAP)]
     e = t.entries[2]
     assert (e.ms, e.model_ms, e.peer_ms) == (0.010, 0.012, 0.02)
+    # two sweeps at one M (mid-size and swap-AB rows): every config's fastest, the peers' median
+    both = table_from_sweeps([_row(384, {COOP: 0.011}, pick=COOP, peer=0.02),
+                              _row(384, {SWAP: 0.010}, pick=COOP, peer=0.03)], GPU, "unit test")
+    (e,) = both.entries
+    assert (e.config, e.ms, e.peer_ms) == (SWAP, 0.010, pytest.approx(0.025))
 
 
 def test_a_table_names_its_configs_unmoved():
