@@ -204,8 +204,9 @@ def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
     row["peer_tflops"] = 2 * m * n * k / (timing["peer_ms"] * 1e9)
     row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
     row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
-    row["config"], row["config_source"], row["table_m"] = _config_choice(dtype, m, n, k)
-    row["tuned_best_ratio"] = _tuned_best_ratio(dtype, m, n, k)
+    gpu = torch.cuda.get_device_name()
+    row["config"], row["config_source"], row["table_m"] = _config_choice(dtype, m, n, k, gpu)
+    row["tuned_best_ratio"] = _tuned_best_ratio(dtype, m, n, k, gpu)
     if not row["correct"]:
         row.update(status="fail", reason=f"wrong result: {check}")
     elif timing["ratio"] < MIN_CELL_RATIO:

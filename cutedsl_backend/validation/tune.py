@@ -129,7 +129,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
             raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
         prior_tables[prior_dtype] = _Prior(table, Path(prior).name, digest)
         runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
-    write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables, log)
+    write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables)
+    tables: dict = {}  # the sweep dtype -> (path, table) as last written
     for dtype, space, m in runs:
         sk = stream_k and space == "mid"
         # a prior's rows are named by its content: another table's are never taken for them
@@ -150,16 +151,22 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
                                + (f" --prior {prior_tables[dtype].file}" if space == "prior" else "")
                                + f"{model_arg} --json {name}")
         if got:  # after every sweep: a tune stopped part-way leaves the tables of what it measured
-            write_table(dtype, quiet=True)
-    return [write_table(dtype) for dtype in rows if rows[dtype]]
+            tables[dtype] = write_table(dtype)
+    made = [tables[dtype] for dtype in rows if dtype in tables]  # 16-bit first, then fp8
+    for path, table in made:
+        named = sum(e.beats_models() for e in table.entries)
+        log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster "
+            "than the models' pick")
+    return [path for path, _ in made]
 
 
 def _table_writer(out: Path, gpu: str, versions: dict, rows: dict, commands: dict, files: dict,
-                  prior_tables: dict, log: Callable) -> Callable:
-    """A function writing one sweep dtype's table from the rows measured so far; returns its path."""
+                  prior_tables: dict) -> Callable:
+    """A function writing one sweep dtype's table from the rows measured so far; returns its path
+    and the table."""
     from ..configs.measured import table_from_sweeps
 
-    def write_table(dtype: str, quiet: bool = False) -> Path:
+    def write_table(dtype: str) -> tuple:
         suffix = "16bit" if dtype == "bfloat16" else "fp8"
         path = out / f"{gpu_slug(gpu)}-{suffix}.json"
         source = (f"{gpu}; torch {versions.get('torch')}, nvidia-cutlass-dsl {versions.get('nvidia_cutlass_dsl')}, "
@@ -170,10 +177,6 @@ def _table_writer(out: Path, gpu: str, versions: dict, rows: dict, commands: dic
                   + f"; python -m cutedsl_backend config-table {' '.join(files[dtype])} --gpu '{gpu}' -o {path.name}")
         table = table_from_sweeps(rows[dtype], gpu, source)
         _write(path, table.to_json())
-        if not quiet:
-            named = sum(e.beats_models() for e in table.entries)
-            log(f"tune: {path}: {len(table.entries)} measured (projection, M), {named} naming a config faster "
-                "than the models' pick")
-        return path
+        return path, table
 
     return write_table
