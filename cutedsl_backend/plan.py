@@ -28,7 +28,7 @@ from .operands import (
     result_shape,
     tma_writable,
 )
-from .problem import GemmProblem, UnsupportedGemmError, byte_span
+from .problem import VECTOR_ALIGN_BYTES, GemmProblem, UnsupportedGemmError, byte_span
 from .workspace import SplitKWorkspaces
 
 
@@ -45,13 +45,14 @@ def gpu_model(device) -> Optional[str]:
     return _gpu_model(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def epilogue_key(bias, residual, activation, scale_a, scale_b):
-    def geo(t):
-        return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+def _geometry(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
+
+def epilogue_key(bias, residual, activation, scale_a, scale_b):
     # the residual's data alignment picks the kernel variant (TMA-loaded or gathered)
-    res_key = None if residual is None else (geo(residual), residual.data_ptr() % 16 == 0)
-    return (geo(bias), res_key, activation, geo(scale_a), geo(scale_b))
+    res_key = None if residual is None else (_geometry(residual), residual.data_ptr() % 16 == 0)
+    return (_geometry(bias), res_key, activation, _geometry(scale_a), _geometry(scale_b))
 
 
 class Plan:
@@ -119,10 +120,24 @@ class Plan:
             ins = (pa, pb)
             ptrs = (pa, pb, pc)
         else:
-            ins = (pa, pb) + tuple(None if t is None else t.data_ptr() for t in epi_ops)
-            ptrs = (pa, pb, pc) + tuple(p for p in ins[2:] if p is not None)
-            if self.has_vectors:
-                check_vector_alignment(epi_ops)
+            # unrolled, not generator expressions: this is the fused calls' host cost (~2 us less)
+            t_bias, t_sa, t_sb, t_res = epi_ops
+            p_bias = None if t_bias is None else t_bias.data_ptr()
+            p_sa = None if t_sa is None else t_sa.data_ptr()
+            p_sb = None if t_sb is None else t_sb.data_ptr()
+            p_res = None if t_res is None else t_res.data_ptr()
+            ins = (pa, pb, p_bias, p_sa, p_sb, p_res)
+            ptrs = (pa, pb, pc)
+            if p_bias is not None:
+                ptrs += (p_bias,)
+            if p_sa is not None:
+                ptrs += (p_sa,)
+            if p_sb is not None:
+                ptrs += (p_sb,)
+            if p_res is not None:
+                ptrs += (p_res,)
+            if self.has_vectors and ((p_bias or 0) | (p_sa or 0) | (p_sb or 0)) % VECTOR_ALIGN_BYTES:
+                check_vector_alignment(epi_ops)  # names the misaligned vector
         if not fresh:
             ranges = (None if p is None else (p, n) for p, n in zip(ins, self.in_spans))
             names = ("b", "a", "bias", "scale_b", "scale_a", "residual") if self.swap else (
