@@ -139,12 +139,14 @@ class TileEpilogue:
         for name in ("spec", "args", "parts", "staged", "tile_m", "tile_n", "threads", "s_vec"):
             setattr_(name, getattr(ops, name))
         spec, a = self.spec, self.args
-        scale = Float32(a.alpha)
+        # alpha and the scalar scales, loaded here and multiplied where the epilogue uses them
+        # (``scale``): a product taken here waited for the loads before the mainloop's first MMA
+        scalars = [Float32(a.alpha)]
         if cutlass.const_expr(spec.scale_a == "scalar"):
-            scale = scale * Float32(a.scale_a[0])
+            scalars.append(Float32(a.scale_a[0]))
         if cutlass.const_expr(spec.scale_b == "scalar"):
-            scale = scale * Float32(a.scale_b[0])
-        setattr_("scale", scale)
+            scalars.append(Float32(a.scale_b[0]))
+        setattr_("scalars", tuple(scalars))
         vec_regs = []
         if cutlass.const_expr(self.staged):
             for name, axis, off, n in self.parts:
@@ -158,6 +160,14 @@ class TileEpilogue:
 
     def _last(self, axis):
         return (self.args.n_extent if axis == "col" else self.args.m_extent) - 1
+
+    @property
+    def scale(self):
+        """alpha x the scalar scales (emitted where it is read: take it once per sub-tile)."""
+        product = self.scalars[0]
+        for v in self.scalars[1:]:
+            product = product * v
+        return product
 
     def stage(self):
         for off, i, v in self.vec_regs:
@@ -220,14 +230,15 @@ class TileEpilogue:
         bias = [p for p in self.parts if p[0] == "bias"]
         has_mul = bool(muls)
         has_add = spec.bias is not None or spec.residual
+        scale = self.scale
         if cutlass.const_expr(not has_mul):
-            x = x * self.scale
+            x = x * scale
         if cutlass.const_expr(has_mul or has_add):
             mul = cute.make_rmem_tensor(frag.shape, Float32) if has_mul else None
             add = cute.make_rmem_tensor(frag.shape, Float32) if has_add else None
             for v in range(cute.size(frag)):
                 m_l, n_l = coord_of(v)
-                f = self.scale
+                f = scale
                 for part in muls:
                     f = f * self._vector_at(*part[:3], m_l, n_l)
                 t = Float32(0.0)
@@ -260,8 +271,9 @@ def gated_product(tile: "TileEpilogue", gate: cute.Tensor, up: cute.Tensor, coor
     vector like the bias); ``coord_of(v)``: the tile-local (m, n) of the gate's element v (n < the
     half width). The bias is one 2N vector: the gate's column j at j, the up's at N + j (clamped
     like every epilogue read: tail columns are never stored)."""
-    x = gate.load() * tile.scale
-    y = up.load() * tile.scale
+    scale = tile.scale
+    x = gate.load() * scale
+    y = up.load() * scale
     row_scales = tile.spec.scale_a == "row"
     col_scales = tile.spec.scale_b == "col"
     if cutlass.const_expr(row_scales or col_scales):

@@ -26,3 +26,19 @@ def assert_waits_first(ops: list, plain: list) -> None:
     assert "ACQBULK" in ops and ops.index("ACQBULK") < first_global, (ops.index("ACQBULK"), first_global)
     assert "PREEXIT" in ops
     assert "ACQBULK" not in plain and "PREEXIT" not in plain
+
+
+def early_loads_consumed_after_mainloop(sass: str) -> list:
+    """Each global load (LDG) issued before the first MMA (HGMMA/QGMMA) of a listing, as
+    (its register, the index of the first instruction after it that names the register, the index
+    of the last MMA); instructions counted in code order."""
+    ins = [m.group(1).strip() for m in (re.search(r"/\*[0-9a-f]+\*/\s+(.*?);", line) for line in sass.splitlines())
+           if m]
+    mma = [i for i, t in enumerate(ins) if re.search(r"\b[HQ]GMMA\b", t)]
+    found = []
+    for i, t in enumerate(ins[:mma[0]]):
+        m = re.match(r"(?:@!?U?P\w+\s+)?LDG\S*\s+(R\d+)", t)
+        if m:
+            use = next(j for j in range(i + 1, len(ins)) if re.search(r"\b" + m.group(1) + r"\b", ins[j]))
+            found.append((m.group(1), use, mma[-1]))
+    return found
