@@ -140,12 +140,16 @@ class TileEpilogue:
             setattr_(name, getattr(ops, name))
         spec, a = self.spec, self.args
         # alpha and the scalar scales, loaded here and multiplied where the epilogue uses them
-        # (``scale``): a product taken here waited for the loads before the mainloop's first MMA
+        # (``scale``): a product taken here waited for the loads before the mainloop's first MMA.
+        # The gated kernel only prefetches them into L1 here and loads them where it reads them:
+        # ptxas copied loaded scales into uniform registers ahead of its mainloop (the same wait).
         scalars = [Float32(a.alpha)]
-        if cutlass.const_expr(spec.scale_a == "scalar"):
-            scalars.append(Float32(a.scale_a[0]))
-        if cutlass.const_expr(spec.scale_b == "scalar"):
-            scalars.append(Float32(a.scale_b[0]))
+        for name in ("scale_a", "scale_b"):
+            if cutlass.const_expr(getattr(spec, name) == "scalar"):
+                if cutlass.const_expr(spec.gated is not None):
+                    cute.arch.prefetch(getattr(a, name).iterator.llvm_ptr, cache_level="L1")
+                else:
+                    scalars.append(Float32(getattr(a, name)[0]))
         setattr_("scalars", tuple(scalars))
         vec_regs = []
         if cutlass.const_expr(self.staged):
@@ -167,6 +171,10 @@ class TileEpilogue:
         product = self.scalars[0]
         for v in self.scalars[1:]:
             product = product * v
+        if cutlass.const_expr(self.spec.gated is not None):  # prefetched, loaded here
+            for name in ("scale_a", "scale_b"):
+                if cutlass.const_expr(getattr(self.spec, name) == "scalar"):
+                    product = product * Float32(getattr(self.args, name)[0])
         return product
 
     def stage(self):

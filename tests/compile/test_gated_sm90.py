@@ -11,6 +11,8 @@ from cutedsl_backend.epilogue import GATED_ACTIVATIONS, EpilogueSpec
 from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
 from cutedsl_backend.validation.budgets import load_budgets
 
+from .sass import early_loads_consumed_after_mainloop, opcodes
+
 pytestmark = pytest.mark.compile
 BUDGET = load_budgets()["families"]["sm90a/gemm+epilogue"]
 # a Llama-style up projection: N = 2 x 14336 gate and up columns
@@ -133,3 +135,22 @@ def test_fp8_gated_kernels_compile_with_the_gates(m, scales, fast):
     assert counts["QGMMA"] > 0 and counts["UTMALDG"] == 3 and counts["UTMASTG"] > 0, counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, counts
     assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
+
+
+def test_tensorwise_scales_are_prefetched_and_read_after_the_mainloop():
+    """The gated kernel's scalar scales (tensorwise FP8): prefetched into L1 before the mainloop
+    and loaded only after it; loaded before it, ptxas copied them into uniform registers ahead of
+    the first MMA, which then waited for both loads (see the plain kernel's gate in
+    test_compile_sm90.py)."""
+    import cutedsl_backend as cb
+
+    k = cb.compile_gemm(16, 2 * 14336, 4096, dtype="float8_e4m3fn", b_major="k", out_dtype="bfloat16",
+                        config=GemmConfig(64, 128, schedule="pingpong"), use_cache=False,
+                        epilogue=EpilogueSpec(gated="silu", scale_a="scalar", scale_b="scalar"))
+    sass = k.sass()
+    assert early_loads_consumed_after_mainloop(sass) == []
+    ops = opcodes(sass)
+    mma = [i for i, op in enumerate(ops) if op == "QGMMA"]
+    assert ops[:mma[0]].count("CCTL") >= 2  # the two prefetches
+    assert ops[mma[-1]:].count("LDG") >= 2
+    assert not k.resources.spills
