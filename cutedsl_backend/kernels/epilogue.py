@@ -90,9 +90,10 @@ class EpilogueOperands:
     through dynamic loops as loop state, which it cannot do; ``for_tile`` makes the per-tile part.
 
     Per tile, in this order:
-      - ``for_tile`` (before the tile's mainloop or accumulator wait): the alpha and scalar-scale
-        product into one register, and this thread's share of the tile's per-row/per-column
-        vectors (spec.staged_vectors) into registers, so their latency hides behind the mainloop;
+      - ``for_tile`` (before the tile's mainloop or accumulator wait): the scalar scales' loads
+        (the gated kernel: their L1 prefetch; multiplied with alpha where read, ``scale``) and this
+        thread's share of the tile's per-row/per-column vectors (spec.staged_vectors) into
+        registers, so their latency hides behind the mainloop;
       - ``stage`` (once the mainloop is done, then a barrier over the group): those vectors into
         ``s_vec``, a shared-memory buffer of spec.staged_vector_bytes;
       - ``gather_residual`` (a sub-tile ahead of its use) and ``apply`` per epilogue sub-tile.
