@@ -144,14 +144,12 @@ class TileEpilogue:
         # (``scale``): a product taken here waited for the loads before the mainloop's first MMA.
         # The gated kernel only prefetches them into L1 here and loads them where it reads them:
         # ptxas copied loaded scales into uniform registers ahead of its mainloop (the same wait).
-        scalars = [Float32(a.alpha)]
-        for name in ("scale_a", "scale_b"):
-            if cutlass.const_expr(getattr(spec, name) == "scalar"):
-                if cutlass.const_expr(spec.gated is not None):
-                    cute.arch.prefetch(getattr(a, name).iterator.llvm_ptr, cache_level="L1")
-                else:
-                    scalars.append(Float32(getattr(a, name)[0]))
-        setattr_("scalars", tuple(scalars))
+        scalar = tuple(name for name in ("scale_a", "scale_b") if getattr(spec, name) == "scalar")
+        late = scalar if spec.gated is not None else ()
+        for name in late:
+            cute.arch.prefetch(getattr(a, name).iterator.llvm_ptr, cache_level="L1")
+        setattr_("scalars", (Float32(a.alpha),) + tuple(Float32(getattr(a, name)[0]) for name in scalar if not late))
+        setattr_("late_scales", late)
         vec_regs = []
         if cutlass.const_expr(self.staged):
             for name, axis, off, n in self.parts:
@@ -172,10 +170,8 @@ class TileEpilogue:
         product = self.scalars[0]
         for v in self.scalars[1:]:
             product = product * v
-        if cutlass.const_expr(self.spec.gated is not None):  # prefetched, loaded here
-            for name in ("scale_a", "scale_b"):
-                if cutlass.const_expr(getattr(self.spec, name) == "scalar"):
-                    product = product * Float32(getattr(self.args, name)[0])
+        for name in self.late_scales:  # the gated kernel's, prefetched: loaded here
+            product = product * Float32(getattr(self.args, name)[0])
         return product
 
     def stage(self):
