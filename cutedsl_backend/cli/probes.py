@@ -75,6 +75,19 @@ def _probe_peer(args, p) -> int:
     return 0
 
 
+def _probe_padding_arguments(p):
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_padding(args, p) -> int:
+    from ..validation.probes import cluster_padding
+
+    rows = cluster_padding(args.rounds)
+    write_json(args.json, rows)
+    return 0 if rows and all(r["correct"] for r in rows) else 1
+
+
 def _probe_epilogue_arguments(p):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
@@ -141,6 +154,9 @@ COMMANDS = (
     Command("probe-peer", "how much of cuBLAS's 16-bit speed comes from reduced-precision reductions (torch's "
             "default): torch.matmul with them allowed and disallowed beside our gemm, time and error vs float64",
             True, _probe_peer_arguments, _probe_peer),
+    Command("probe-padding", "what a cluster's CTA past the grid's edge costs: one config at shapes with and "
+            "without such CTAs (same launch), each checked vs float64, then timed beside the peer", True,
+            _probe_padding_arguments, _probe_padding),
     Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
             "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),
     Command("probe-workers", "how starting the compile worker pool slows the compiling process (CPU only; compare "

@@ -71,3 +71,17 @@ def edge_shift(tile: Int32, size: cutlass.Constexpr, extent: Int32):
     if extent >= size and origin < extent:
         shift = cutlass.min(extent - size - origin, Int32(0))
     return shift
+
+
+@cute.jit
+def loaded_tile(tile: Int32, tiles: Int32):
+    """The operand tile CTA tile number ``tile`` loads, of ``tiles`` along that mode: its own, or
+    the last one for a cluster's CTA wholly past the grid's edge (a cluster of two along M over an
+    odd number of tile rows launches one such CTA per cluster column). Its own would be a TMA box
+    wholly out of bounds, which TMA fills with zeros far slower than it loads (on the H100, FP8
+    4096 x 29568 weights, 128 x 128 tiles in 2 x 1 clusters: the same launch took 492 us at 896
+    tokens, a padding CTA in every fourth cluster, against 383 us at 1024 tokens, none), and its
+    cluster partner waits for its share of their multicast operand. The padding CTA's results are
+    stored nowhere: its output box lies wholly outside the output, and TMA clips it."""
+    return cutlass.min(tile, tiles - 1)
+

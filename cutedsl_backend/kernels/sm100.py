@@ -45,7 +45,7 @@ from ..configs import EPI_STAGES, SM100_ACC_STAGES, GemmConfig
 from ..configs.sm100 import epilogue_cta_tile
 from ..epilogue import EpilogueSpec
 from . import epilogue as epi
-from .scheduler import TileGrid, cluster_tile_coord
+from .scheduler import TileGrid, cluster_tile_coord, loaded_tile
 from .split_k import SplitKUnits, arrive, load_sum, store_partial
 
 EPI_WARPS = (0, 1, 2, 3)
@@ -245,6 +245,8 @@ class Sm100Gemm(SplitKUnits):
         cC = cute.local_tile(cute.make_identity_tensor(mC_mnl.shape), cute.slice_(self.mma_tiler, (None, None, 0)),
                              (None, None, None))
         k_tiles = cute.size(gA, mode=[3])
+        a_tiles = cute.size(gA, mode=[2])  # A's and B's MMA tiles along M and N: where the loads stop
+        b_tiles = cute.size(gB, mode=[2])
         thr_mma = tiled_mma.get_slice(mma_coord_v)
         tCgA = thr_mma.partition_A(gA)
         tCgB = thr_mma.partition_B(gB)
@@ -282,8 +284,9 @@ class Sm100Gemm(SplitKUnits):
                 split, tile_idx = self._unit(idx, total_clusters)
                 k_first, k_count = self._k_range(split, k_tiles)
                 cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
-                mma_m = (cm * self.cfg.cluster_m + cta_m) // pair
-                tile_n = cn * self.cfg.cluster_n + cta_n
+                # a CTA past the grid's edge loads the last tile's operands (its stores are clipped)
+                mma_m = loaded_tile((cm * self.cfg.cluster_m + cta_m) // pair, a_tiles)
+                tile_n = loaded_tile(cn * self.cfg.cluster_n + cta_n, b_tiles)
                 tAgA_t = tAgA[(None, mma_m, None, l)]
                 tBgB_t = tBgB[(None, tile_n, None, l)]
                 tB2gB2_t = None

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - depends on the installed DSL
 
 from ..configs import RES_STAGES
 from . import epilogue as epi
-from .scheduler import cluster_tile_coord, edge_shift
+from .scheduler import cluster_tile_coord, edge_shift, loaded_tile
 from .sm90_launch import THREADS_PER_WG, Sm90Launch
 from .split_k import reduce_partials, reduce_pieces, stream_k_max_pieces, stream_k_shares
 
@@ -159,6 +159,8 @@ class Sm90Gemm(Sm90Launch):
             gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None, None))
             gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None, None))
         k_tiles = cute.size(gA, mode=[3])
+        a_tiles = cute.size(gA, mode=[2])  # A's and B's tiles along M and N: where the loads stop
+        b_tiles = cute.size(gB, mode=[2])
 
         sA_load = sA
         if cutlass.const_expr(self.a_rows != self.cfg.tile_m):
@@ -202,8 +204,9 @@ class Sm90Gemm(Sm90Launch):
                     tile_idx, k_first, k_count, _, _ = self._work(idx, total_clusters, k_tiles, total_units,
                                                                   num_persistent, shares)
                     cm, cn, l = cluster_tile_coord(tile_idx, clusters_m, clusters_n, group, raster_m)
-                    tile_m = cm * self.cfg.cluster_m + cta_m
-                    tile_n = cn * self.cfg.cluster_n + cta_n
+                    # a CTA past the grid's edge loads the last tile's operands (its stores are clipped)
+                    tile_m = loaded_tile(cm * self.cfg.cluster_m + cta_m, a_tiles)
+                    tile_n = loaded_tile(cn * self.cfg.cluster_n + cta_n, b_tiles)
                     tAgA_e, tBgB_e, tB2gB_e = tAgA, tBgB, tB2gB
                     if cutlass.const_expr(self.cfg.edge):
                         # the tiles' origins moved back to end at the edge (the same views, offset)

@@ -389,3 +389,74 @@ def peer_precision(shapes, dtypes=("float16", "bfloat16"), rounds: int = 5, log=
             log(f"{m}x{n}x{k} {dtype:8s} {name:36s} {t * 1e3:8.2f} us ({min(runs) * 1e3:.2f}-{max(runs) * 1e3:.2f})"
                 f"  {row['peer_default_ms_over_this']:.3f}x  rel_l2 {errors[name]:.2e}")
     return rows
+
+
+# (dtype, config, a shape whose tile grid leaves a cluster's CTA past the edge, a shape of the same
+# launch with none): FP8 and bf16 clusters of two along M over 7 and 8 tile rows (896 / 1024
+# tokens) or 5 and 6 (640 / 768, 320 / 384 with 64-row tiles), and one of two along N over 5 and 6
+# tile columns (the weights' rows 576 / 768)
+PADDING_CASES = (
+    ("fp8_tensorwise", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (896, 8192, 29568), (1024, 8192, 29568)),
+    ("fp8_tensorwise", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (896, 14336, 4096), (1024, 14336, 4096)),
+    ("fp8_tensorwise", "sm90a_pingpong_64x192xauto_c2x1_sauto_rn8", (320, 3584, 4096), (384, 3584, 4096)),
+    ("bfloat16", "sm90a_cooperative_128x192xauto_c2x1_sauto_rm8", (896, 4608, 3584), (1024, 4608, 3584)),
+    ("bfloat16", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (640, 4096, 4096), (768, 4096, 4096)),
+    ("bfloat16", "sm90a_cooperative_128x128xauto_c1x2_sauto_rm8", (4096, 576, 7168), (4096, 768, 7168)),
+)
+
+
+def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
+    """What a cluster's CTA past the grid's edge costs (kernels.scheduler.loaded_tile): per
+    ``cases`` entry (:data:`PADDING_CASES`), one config at a shape whose grid leaves such CTAs and at one of the
+    same launch (clusters and waves) without, each result first checked against float64, then
+    ours and the peer (cuBLAS / torch._scaled_mm, tensorwise scales) timed in alternation (CUDA-graph
+    replay, ``rounds``). A padding CTA that cost what a real one does would make the padded shape
+    as slow as the full one, never slower. Rows: the case, shape, median ms and range, ratio vs
+    the peer, the numerics check."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..epilogue import reference
+    from .bench import alternated_graph_ms
+    from .tolerances import compare, compare_fp8
+
+    rows = []
+    for dtype, name, *shapes in cases:
+        cfg = GemmConfig.from_name(name)
+        calls, checks = {}, {}
+        for m, n, k in shapes:
+            g = torch.Generator(device="cuda").manual_seed(2026 + m + n + k)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            peer_out = torch.empty_like(out)
+            if dtype == "bfloat16":
+                a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+                b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
+                ours = (lambda a=a, b=b, o=out: cb.gemm(a, b, config=cfg, out=o))
+                peer = (lambda a=a, b=b, o=peer_out: torch.matmul(a, b, out=o))
+                ours()
+                checks[(m, n, k)] = compare(out, a.double() @ b.double(), dtype, k)
+            else:
+                a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+                b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+                sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
+                ours = (lambda a=a, b=b, o=out: cb.scaled_mm(a, b, sa, sb, config=cfg, out=o))
+                peer = (lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+                ours()
+                ref = reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double())
+                checks[(m, n, k)] = compare_fp8(out, ref, "bfloat16", k, fast_accum=False)
+            calls[("ours", m, n, k)], calls[("peer", m, n, k)] = ours, peer
+        timed = alternated_graph_ms(calls, rounds)
+        for m, n, k in shapes:
+            us, them = timed[("ours", m, n, k)], timed[("peer", m, n, k)]
+            row = {"dtype": dtype, "config": name, "m": m, "n": n, "k": k, "ours_ms": us["ms"],
+                   "ours_range": [min(us["runs"]), max(us["runs"])], "peer_ms": them["ms"],
+                   "ratio": them["ms"] / us["ms"], "correct": bool(checks[(m, n, k)]["ok"])}
+            rows.append(row)
+            lo, hi = row["ours_range"]
+            log(f"{dtype:15s} {name:48s} {m}x{n}x{k}: ours {us['ms'] * 1e3:8.1f} us ({lo * 1e3:.1f}-{hi * 1e3:.1f}), "
+                f"peer {them['ms'] * 1e3:8.1f} us, {row['ratio']:.3f}x, {'correct' if row['correct'] else 'WRONG'}")
+        padded, full = rows[-2], rows[-1]
+        log(f"  padded / full: ours {padded['ours_ms'] / full['ours_ms']:.3f}, "
+            f"peer {padded['peer_ms'] / full['peer_ms']:.3f}")
+    return rows

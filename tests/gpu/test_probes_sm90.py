@@ -1,6 +1,7 @@
-"""The peer-precision probe on the GPU (``probe-peer``): its three calls time and check on one
-small shape per 16-bit dtype, and torch's reduced-precision switches are as before afterwards.
-Skipped with the reason without an sm90 GPU."""
+"""Probes on the GPU: the peer-precision one (``probe-peer``) times and checks its three calls on one
+small shape per 16-bit dtype, and torch's reduced-precision switches are as before afterwards; the
+cluster-padding one (``probe-padding``) checks and times both shapes of each case. Skipped with the
+reason without an sm90 GPU."""
 
 import math
 
@@ -25,3 +26,16 @@ def test_peer_precision_times_and_checks_the_peer_both_ways_and_ours():
         assert r["ms"] > 0 and r["ms_range"][0] <= r["ms"] <= r["ms_range"][1]
         assert math.isfinite(r["rel_l2_vs_fp64"]) and r["rel_l2_vs_fp64"] < 1e-2, r  # a 16-bit output's rounding
     assert all(r["peer_default_ms_over_this"] == 1.0 for r in rows if "defaults" in r["call"])
+
+
+def test_cluster_padding_checks_and_times_both_shapes_of_each_case():
+    from cutedsl_backend.validation.probes import cluster_padding
+
+    cases = (("bfloat16", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (384, 1024, 512), (512, 1024, 512)),
+             ("fp8_tensorwise", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (384, 1024, 512), (512, 1024, 512)))
+    rows = cluster_padding(rounds=2, cases=cases, log=lambda *a: None)
+    assert [(r["dtype"], r["m"]) for r in rows] == [("bfloat16", 384), ("bfloat16", 512),
+                                                    ("fp8_tensorwise", 384), ("fp8_tensorwise", 512)]
+    for r in rows:
+        assert r["correct"], r
+        assert 0 < r["ours_range"][0] <= r["ours_ms"] <= r["ours_range"][1] and r["peer_ms"] > 0, r
