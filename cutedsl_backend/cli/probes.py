@@ -154,8 +154,8 @@ COMMANDS = (
     Command("probe-peer", "how much of cuBLAS's 16-bit speed comes from reduced-precision reductions (torch's "
             "default): torch.matmul with them allowed and disallowed beside our gemm, time and error vs float64",
             True, _probe_peer_arguments, _probe_peer),
-    Command("probe-padding", "what a cluster's CTA past the grid's edge costs: one config at shapes with and "
-            "without such CTAs (same launch), each checked vs float64, then timed beside the peer", True,
+    Command("probe-padding", "what loads past the output's edge cost (a cluster's CTAs wholly past it, a last tile "
+            "partly past it): one launch at two shapes, each checked vs float64, timed beside the peer", True,
             _probe_padding_arguments, _probe_padding),
     Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
             "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),

@@ -391,28 +391,33 @@ def peer_precision(shapes, dtypes=("float16", "bfloat16"), rounds: int = 5, log=
     return rows
 
 
-# (dtype, config, a shape whose tile grid leaves a cluster's CTA past the edge, a shape of the same
-# launch with none): FP8 and bf16 clusters of two along M over 7 and 8 tile rows (896 / 1024
-# tokens) or 5 and 6 (640 / 768, 320 / 384 with 64-row tiles), and one of two along N over 5 and 6
-# tile columns (the weights' rows 576 / 768)
+# (dtype, config, a shape whose launch reaches past the output's edge, a shape of the same launch that
+# does not): clusters of two along M over 7 and 8 tile rows (896 / 1024 tokens) or 5 and 6 (640 /
+# 768, 320 / 384 with 64-row tiles), along N over 5 and 6 tile columns (the weights' rows 576 / 768):
+# CTAs wholly past the edge; and swap-AB tiles 96 and 160 tokens wide at 80 and 144 tokens: a last
+# tile partly past it (its operand boxes zero-filled in part)
 PADDING_CASES = (
     ("fp8_tensorwise", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (896, 8192, 29568), (1024, 8192, 29568)),
     ("fp8_tensorwise", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (896, 14336, 4096), (1024, 14336, 4096)),
-    ("fp8_tensorwise", "sm90a_pingpong_64x192xauto_c2x1_sauto_rn8", (320, 3584, 4096), (384, 3584, 4096)),
+    ("fp8_tensorwise", "sm90a_pingpong_64x192xauto_c2x1_sauto_rn8", (320, 4608, 4096), (384, 4608, 4096)),
     ("bfloat16", "sm90a_cooperative_128x192xauto_c2x1_sauto_rm8", (896, 4608, 3584), (1024, 4608, 3584)),
     ("bfloat16", "sm90a_cooperative_128x128xauto_c2x1_sauto_rn8", (640, 4096, 4096), (768, 4096, 4096)),
     ("bfloat16", "sm90a_cooperative_128x128xauto_c1x2_sauto_rm8", (4096, 576, 7168), (4096, 768, 7168)),
+    ("bfloat16", "sm90a_pingpong_64x96xauto_c1x1_sauto_rn8_swap", (80, 4608, 3584), (96, 4608, 3584)),
+    ("fp8_tensorwise", "sm90a_pingpong_64x96xauto_c1x1_sauto_rn8_swap", (80, 6144, 4096), (96, 6144, 4096)),
+    ("fp8_tensorwise", "sm90a_pingpong_64x160xauto_c1x1_sauto_rn8_swap", (144, 4608, 3584), (160, 4608, 3584)),
 )
 
 
 def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
-    """What a cluster's CTA past the grid's edge costs (kernels.scheduler.loaded_tile): per
-    ``cases`` entry (:data:`PADDING_CASES`), one config at a shape whose grid leaves such CTAs and at one of the
-    same launch (clusters and waves) without, each result first checked against float64, then
-    ours and the peer (cuBLAS / torch._scaled_mm, tensorwise scales) timed in alternation (CUDA-graph
-    replay, ``rounds``). A padding CTA that cost what a real one does would make the padded shape
-    as slow as the full one, never slower. Rows: the case, shape, median ms and range, ratio vs
-    the peer, the numerics check."""
+    """What loads past the output's edge cost: a cluster's CTAs wholly past it (which load the last
+    tile's operands instead: kernels.scheduler.loaded_tile) and a last tile partly past it. Per
+    ``cases`` entry (:data:`PADDING_CASES`), one config at a shape whose launch reaches past the
+    edge and at one of the same launch (tiles, clusters, waves) that does not, each result first
+    checked against float64, then ours and the peer (cuBLAS / torch._scaled_mm, tensorwise scales)
+    timed in alternation (CUDA-graph replay, ``rounds``). Were those loads as cheap as in-bounds
+    ones, the smaller shape would run as fast as the larger, never slower. Rows: the case, shape,
+    median ms and range, ratio vs the peer, the numerics check."""
     import torch
 
     import cutedsl_backend as cb
@@ -456,7 +461,7 @@ def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
             lo, hi = row["ours_range"]
             log(f"{dtype:15s} {name:48s} {m}x{n}x{k}: ours {us['ms'] * 1e3:8.1f} us ({lo * 1e3:.1f}-{hi * 1e3:.1f}), "
                 f"peer {them['ms'] * 1e3:8.1f} us, {row['ratio']:.3f}x, {'correct' if row['correct'] else 'WRONG'}")
-        padded, full = rows[-2], rows[-1]
-        log(f"  padded / full: ours {padded['ours_ms'] / full['ours_ms']:.3f}, "
-            f"peer {padded['peer_ms'] / full['peer_ms']:.3f}")
+        smaller, larger = rows[-2], rows[-1]
+        log(f"  smaller / larger shape: ours {smaller['ours_ms'] / larger['ours_ms']:.3f}, "
+            f"peer {smaller['peer_ms'] / larger['peer_ms']:.3f}")
     return rows
