@@ -285,10 +285,13 @@ class MidModel:
         :meth:`candidates` and 128-row tiles 160 and 224 wide. Those split widths such as 4608 or
         7168 into tile counts that fill their last wave further than the others
         (qwen2.5-7b's 4608 x 3584 at 1024 tokens: 192 tiles of 128 x 192, 1.45 waves; 232 of
-        128 x 160, 1.76); the model ranks :meth:`candidates` only (these widths are unmeasured
-        where no table is)."""
+        128 x 160, 1.76); and 64 x 64 ping-pong tiles with 1-2 K slices, the few-token sweep's
+        tile, which at 128 tokens launches two CTAs per 64 weight rows with no reduction (the 16-bit
+        table's pick at 128 tokens on 4096 x 4096 splits K in two). The model ranks
+        :meth:`candidates` only (these tiles are unmeasured where no table is)."""
         return cls.candidates(arch) + [GemmConfig(128, tn, cluster_m=cl[0], cluster_n=cl[1], arch=arch)
-                                       for tn in (160, 224) for cl in ((1, 1), (2, 1), (1, 2))]
+                                       for tn in (160, 224) for cl in ((1, 1), (2, 1), (1, 2))] + [
+            GemmConfig(64, 64, schedule="pingpong", splits=s, arch=arch) for s in (1, 2)]
 
 
 MID_MODEL = MidModel()
@@ -396,13 +399,15 @@ class SwapModel:
     def sweep_candidates(arch: str = "sm90a") -> list:
         """The swap-AB configs the tuning sweep (``sweep-decode --space swap``) times, for the
         measured tables: tokens per tile exactly 96 and 160 besides 64, 128, 192 and 256 (a token
-        count between those otherwise pads to the next width), 1-2 K slices (2-4 at 64 tokens; 4 at
+        count between those otherwise pads to the next width), 1-2 K slices (1-4 at 64 tokens: two
+        unsplit 64-token tiles along 128 tokens launch twice the CTAs of one 128-token tile with no
+        reduction, as two 96-token tiles did at 192 tokens, the fastest there on most shapes; 4 at
         128 and 192 without a cluster: on the H100's swap sweeps at 96-256 tokens the 32-wide tiles,
         8 slices and the other 4-slice configs were never the fastest and within 2% of it in 1-2 of
         192 rows), and a cluster of two along the tokens (the weights multicast to both) for
         256-384 tokens in two tiles. The models rank :meth:`candidates` only: these widths are
         unmeasured where no table is."""
-        widths = [(64, s) for s in (2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
+        widths = [(64, s) for s in (1, 2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
         out = [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
                if not (sched == "pingpong" and tn == 256)]

@@ -312,6 +312,8 @@ def test_mid_sweep_widths_compile(cfg, dtype, spec):
     (GemmConfig(128, 160, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="row", scale_b="col")),
     # the tuning sweep's own widths and token clusters (SwapModel.sweep_candidates), which a table may name
     (GemmConfig(128, 96, splits=2, swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(64, 64, schedule="pingpong", swap_ab=True), "float16", EpilogueSpec()),
+    (GemmConfig(128, 64, swap_ab=True), "float8_e4m3fn", EpilogueSpec(scale_a="scalar", scale_b="scalar")),
     (GemmConfig(64, 160, schedule="pingpong", cluster_n=2, swap_ab=True), "bfloat16", EpilogueSpec(bias="row")),
     (GemmConfig(128, 160, cluster_n=2, swap_ab=True), "float8_e4m3fn",
      EpilogueSpec(scale_a="scalar", scale_b="scalar")),

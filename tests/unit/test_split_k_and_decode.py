@@ -130,10 +130,10 @@ def test_decode_choice_respects_the_epilogue():
 
 
 def test_mid_sweep_times_wave_filling_widths_the_model_does_not_rank():
-    """sweep-decode --space mid (the tables' space) adds 128-row tiles 160 and 224 wide to the
-    model's candidates; each is valid where the tables measure (16-bit; precise FP8 refuses 224:
-    two fp32 accumulators), and the model's own ranking is unchanged (they are unmeasured where no
-    table is)."""
+    """sweep-decode --space mid (the tables' space) adds 128-row tiles 160 and 224 wide and 64 x 64
+    ping-pong tiles (1-2 K slices) to the model's candidates; each is valid where the tables measure
+    (16-bit; precise FP8 refuses 224: two fp32 accumulators), and the model's own ranking is
+    unchanged (they are unmeasured where no table is)."""
     from cutedsl_backend.configs import MidModel, is_valid
     from cutedsl_backend.configs.ranking import wave_efficiency
     from cutedsl_backend.validation.tuning_sweeps import mid_candidates
@@ -141,11 +141,14 @@ def test_mid_sweep_times_wave_filling_widths_the_model_does_not_rank():
     cands = mid_candidates()
     added = [c for c in cands if c not in MidModel.candidates()]
     assert len({c.name for c in cands}) == len(cands)
-    assert sorted({c.tile_n for c in added}) == [160, 224] and all(c.tile_m == 128 for c in added)
-    for m, n, k in ((256, 4608, 3584), (1024, 7168, 18432), (1536, 57344, 8192)):
+    wide = [c for c in added if c.tile_n > 64]
+    assert sorted({c.tile_n for c in wide}) == [160, 224] and all(c.tile_m == 128 for c in wide)
+    assert sorted((c.tile_m, c.tile_n, c.schedule, c.splits) for c in added if c.tile_n == 64) == [
+        (64, 64, "pingpong", 1), (64, 64, "pingpong", 2)]
+    for m, n, k in ((128, 4096, 4096), (256, 4608, 3584), (1024, 7168, 18432), (1536, 57344, 8192)):
         assert [c.name for c in cands if not is_valid(c, prob(m, n, k))] == [], (m, n, k)
     fp8 = prob(512, 4608, 3584, dtype="float8_e4m3fn")
-    assert {c.tile_n for c in added if is_valid(c, fp8)} == {160}
+    assert {c.tile_n for c in wide if is_valid(c, fp8)} == {160}
     # what they are for: 4608 x 3584 at 1024 tokens, 192 tiles of 128 x 192 (1.45 waves) against
     # 232 of 128 x 160 (1.76)
     wide = wave_efficiency(GemmConfig(128, 192), prob(1024, 4608, 3584))
