@@ -80,8 +80,9 @@ def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
 
 def launch_tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
     """CTA tiles a launch of ``cfg`` covers: the tile grid rounded up to whole clusters along M
-    and N (the kernels' TileGrid; a cluster's CTAs past the edge load and store nothing but still
-    hold an SM). A 2-CTA MMA tile (sm100a) is two CTA tiles of half its rows."""
+    and N (the kernels' TileGrid; a cluster's CTAs past the edge store nothing, load the last
+    tile's operands (kernels.scheduler.loaded_tile) and hold an SM). A 2-CTA MMA tile (sm100a) is
+    two CTA tiles of half its rows."""
     cta_m = cfg.tile_m // ctas_per_mma(cfg)
     rows = math.ceil(math.ceil(problem.m / cta_m) / cfg.cluster_m) * cfg.cluster_m
     cols = math.ceil(math.ceil(problem.n / cfg.tile_n) / cfg.cluster_n) * cfg.cluster_n

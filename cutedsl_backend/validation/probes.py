@@ -445,8 +445,9 @@ def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
                 a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
                 b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
                 sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
-                ours = (lambda a=a, b=b, o=out: cb.scaled_mm(a, b, sa, sb, config=cfg, out=o))
-                peer = (lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+                ours = (lambda a=a, b=b, sa=sa, sb=sb, o=out: cb.scaled_mm(a, b, sa, sb, config=cfg, out=o))
+                peer = (lambda a=a, b=b, sa=sa, sb=sb:
+                        torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
                 ours()
                 ref = reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double())
                 checks[(m, n, k)] = compare_fp8(out, ref, "bfloat16", k, fast_accum=False)
