@@ -151,6 +151,16 @@ def natural_tile_k(dtype: str) -> int:
 DECODE_MAX_M = 64
 
 
+# A loads shorter than one 8-row swizzle atom (GemmConfig.a_rows): the few-token loads at 1-8 tokens
+SHORT_A_ROWS = (1, 2, 4)
+
+
+def fitted_a_rows(m: int) -> int:
+    """The fewest rows of A a load may bring for ``m`` tokens: the power of two at or above ``m``
+    up to 8 (1, 2, 4, 8), else 0 (no shorter load than the config's own)."""
+    return next((r for r in (*SHORT_A_ROWS, 8) if m <= r), 0)
+
+
 def decode_a_rows(m: int, a_major: str = "k") -> int:
     """The rows of A a few-token config loads for ``m`` tokens (GemmConfig.a_rows): 16 up to 16
     tokens, 32 up to 32 (a K-major A only), else the whole 64-row tile (0)."""

@@ -7,7 +7,7 @@ import math
 from typing import Iterable, Optional
 
 from ..problem import ALIGN_BYTES, GemmProblem, UnsupportedGemmError, dtype_bits
-from .config import MAX_SPLITS, RASTERS, SCHEDULES, GemmConfig, natural_tile_k
+from .config import MAX_SPLITS, RASTERS, SCHEDULES, SHORT_A_ROWS, GemmConfig, natural_tile_k
 from .families import epilogue_smem_bytes, family, max_stages
 from .resources import EPI_TILE_N, SMEM_RESERVED, STREAM_K_MAX_CLUSTERS, smem_bytes_per_stage, split_k_workspace
 
@@ -40,8 +40,14 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
     if cfg.a_rows:
         if not fam.short_a_loads or problem.a_major != "k":
             raise UnsupportedGemmError("a_rows: loading fewer rows of A than the tile is for sm90a with a K-major A")
-        if cfg.a_rows % 8 or not (8 <= cfg.a_rows <= min(64, cfg.tile_m)):
-            raise UnsupportedGemmError(f"a_rows {cfg.a_rows}: must be a multiple of 8 in 8..{min(64, cfg.tile_m)}")
+        if cfg.a_rows in SHORT_A_ROWS:
+            if cfg.cluster_n != 1:
+                raise UnsupportedGemmError(
+                    f"a_rows {cfg.a_rows}: under 8 rows A is not multicast (cluster_n 1): a cluster's CTAs "
+                    "would share a box of whole 8-row swizzle atoms")
+        elif cfg.a_rows % 8 or not (8 <= cfg.a_rows <= min(64, cfg.tile_m)):
+            raise UnsupportedGemmError(
+                f"a_rows {cfg.a_rows}: must be 1, 2, 4 or a multiple of 8 in 8..{min(64, cfg.tile_m)}")
         if problem.m > cfg.a_rows:
             raise UnsupportedGemmError(
                 f"a_rows {cfg.a_rows}: the problem's M={problem.m} is larger (rows past a_rows would not be loaded)")

@@ -228,6 +228,8 @@ def test_wide_tile_issues_two_wgmmas_per_k_block(dtype, op):
                                  GemmConfig(128, 128, cluster_m=2, splits=4),
                                  GemmConfig(64, 256, cluster_n=2, schedule="pingpong", a_rows=8),
                                  GemmConfig(64, 96, schedule="pingpong", stream_k=True, a_rows=16),
+                                 GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=1),
+                                 GemmConfig(64, 128, schedule="pingpong", a_rows=4),
                                  GemmConfig(128, 192, cluster_m=2, stream_k=True)],
                          ids=lambda c: c.name)
 def test_split_k_and_short_a_loads_compile_with_gates(cfg):
@@ -235,7 +237,7 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     L2 (.cg loads); nothing spills, whatever the K slices, pieces and A rows."""
     import cutedsl_backend as cb
 
-    k = cb.compile_gemm(8, 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False)
+    k = cb.compile_gemm(min(8, cfg.a_rows or 8), 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False)
     counts = k.sass_counts(("HGMMA", "UTMALDG", "UTMASTG", "LDL", "STL", "ATOMG"))
     assert counts["HGMMA"] and counts["UTMALDG"] and counts["UTMASTG"], counts
     assert counts["LDL"] == 0 and counts["STL"] == 0 and k.resources.local_bytes == 0, (counts, k.resources)
@@ -392,6 +394,7 @@ def test_dependent_launch_waits_before_its_first_global_access(cfg, spec):
 
 @pytest.mark.parametrize("cfg, m", [
     (GemmConfig(64, 32, schedule="pingpong", a_rows=16), 16),  # the few-token FP8 pick
+    (GemmConfig(64, 32, schedule="pingpong", a_rows=1), 1),  # ... as it runs at 1 token (configs.as_run)
     (GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=16), 16),
     (GemmConfig(128, 128, cluster_n=2), 4096),
 ], ids=lambda c: c.name if isinstance(c, GemmConfig) else str(c))

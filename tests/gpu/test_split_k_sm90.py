@@ -215,13 +215,18 @@ def test_split_k_under_inductor_cudagraph_trees():
 # memory, which must reach no stored output
 A_ROWS = [GemmConfig(64, 128, schedule="pingpong", splits=4, a_rows=16), GemmConfig(64, 256, cluster_n=2,
           schedule="pingpong", a_rows=8), GemmConfig(128, 64, schedule="cooperative", splits=2, a_rows=32),
-          GemmConfig(64, 64, schedule="pingpong", a_rows=48)]
+          GemmConfig(64, 64, schedule="pingpong", a_rows=48),
+          # under one 8-row swizzle atom (configs.as_run.ShortALoads fits the few-token picks' loads to M)
+          GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=1),
+          GemmConfig(64, 96, schedule="pingpong", a_rows=2),
+          GemmConfig(64, 128, schedule="pingpong", splits=3, a_rows=4)]
 
 
 @pytest.mark.parametrize("cfg", A_ROWS, ids=lambda c: c.name)
 @pytest.mark.parametrize("b_major", "nk")
 def test_a_rows(cfg, b_major):
-    for i, (L, M, N, K) in enumerate([(1, 1, 200, 520), (1, 8, 4104, 4096), (3, 5, 328, 1000), (2, 8, 264, 4104)]):
+    for i, (L, M, N, K) in enumerate([(1, 1, 200, 520), (1, 8, 4104, 4096), (3, 5, 328, 1000), (2, 8, 264, 4104),
+                                      (1, 2, 4104, 2056), (2, 3, 264, 1032), (1, 4, 1000, 4096)]):
         if M > cfg.a_rows:
             continue
         # first something else through the same kernel, so the rows not loaded hold stale values
@@ -255,6 +260,44 @@ def test_a_rows_fused_and_fp8():
         cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out8)
         ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
         assert compare_fp8(out8, ref8, "bfloat16", 2048, fast_accum=fast)["ok"], fast
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7])
+def test_fitted_a_loads_fused_and_fp8(m):
+    """The few-token picks at 1-8 tokens loading the power of two of rows at or above M
+    (configs.as_run.ShortALoads): right with fused epilogues and FP8 tensorwise / rowwise scales."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.as_run import ShortALoads
+    from cutedsl_backend.configs.config import fitted_a_rows
+    from cutedsl_backend.problem import GemmProblem
+
+    N, K = 1032, 4104
+    fit = ShortALoads(enabled=True)
+    problem = GemmProblem(m, N, K, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    cfg = fit.apply(default_config(problem), problem)
+    assert cfg.a_rows == fitted_a_rows(m)
+    a, b, g = operands(1, m, N, K, torch.bfloat16, "k", "k", seed=SEED + m)
+    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    res = torch.randn(1, m, N, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((1, m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
+    assert compare(out, ref, "bfloat16", K, activation="silu")["ok"]
+    f8 = torch.float8_e4m3fn
+    a8 = (torch.randn(m, K, device="cuda", generator=g) * 2).to(f8)
+    b8 = (torch.randn(N, K, device="cuda", generator=g) * 2).to(f8).t()
+    rowwise = (torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01,
+               torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01)
+    scales = [rowwise, (torch.tensor(0.03, device="cuda"), torch.tensor(0.05, device="cuda"))]
+    for sa, sb in scales:
+        problem8 = GemmProblem(m, N, K, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+        cfg8 = fit.apply(default_config(problem8), problem8)
+        assert cfg8.a_rows == fitted_a_rows(m)
+        out8 = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, config=cfg8, out=out8)
+        ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
+        assert compare_fp8(out8, ref8, "bfloat16", K, fast_accum=False)["ok"], sa.shape
 
 
 def test_a_rows_refused_past_m():

@@ -17,7 +17,7 @@ from cutedsl_backend.configs import (
     rank_configs,
     resolve_config,
 )
-from cutedsl_backend.configs.edge import EDGE_TILES
+from cutedsl_backend.configs.as_run import as_run
 from cutedsl_backend.problem import (
     GemmProblem,
     Operand,
@@ -230,7 +230,7 @@ def test_heuristic_picks_a_valid_config(shape):
     cfg = default_config(p)
     check_config(cfg, p)
     ranked = rank_configs(p)
-    assert EDGE_TILES.apply(ranked[0], p) == cfg  # the best ranked, its partial last tiles moved (configs.edge)
+    assert as_run(ranked[0], p) == cfg  # the best ranked as it runs: partial last tiles moved, A loads fitted
     assert heuristic_score(ranked[0], p) <= heuristic_score(ranked[-1], p)
 
 

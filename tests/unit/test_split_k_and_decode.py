@@ -85,6 +85,25 @@ def test_decode_choice_loads_only_the_rows_m_needs(m, a_rows):
     assert default_config(prob(m, 4096, 4096)) == cfg
 
 
+@pytest.mark.parametrize("m,a_rows", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (9, 16), (16, 16)])
+def test_short_a_loads_fit_the_tokens(m, a_rows):
+    from cutedsl_backend.configs.as_run import ShortALoads
+
+    on = ShortALoads(enabled=True)
+    pick = GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=16)
+    assert on.apply(pick, prob(m, 4096, 4096)).a_rows == a_rows
+    assert ShortALoads(enabled=False).apply(pick, prob(m, 4096, 4096)) == pick
+    # a config loading every row of its tile keeps doing so (a_rows 0: the mid-size and prefill picks)
+    assert on.apply(pick.replace(a_rows=0), prob(m, 4096, 4096)).a_rows == 0
+    # A multicast along a cluster of two: no load under 8 rows (the rules refuse it by name)
+    clustered = GemmConfig(64, 256, cluster_n=2, schedule="pingpong", a_rows=16)
+    assert on.apply(clustered, prob(m, 4096, 4096)).a_rows == min(16, max(8, a_rows))
+    with pytest.raises(UnsupportedGemmError, match="not multicast"):
+        check_config(clustered.replace(a_rows=1), prob(1, 4096, 4096))
+    with pytest.raises(UnsupportedGemmError, match="must be 1, 2, 4 or a multiple of 8"):
+        check_config(pick.replace(a_rows=3), prob(1, 4096, 4096))
+
+
 def test_decode_choice_only_where_measured():
     assert decode_choice(prob(65, 4096, 4096)) is None
     assert decode_choice(prob(16, 4096, 4096, arch="sm100a")) is None
