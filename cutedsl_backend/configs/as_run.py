@@ -38,9 +38,10 @@ class DependentLaunch:
 class ShortALoads:
     """``enabled``: a pick that loads only some rows of A (GemmConfig.a_rows, the few-token configs)
     loads the fewest that hold M, the power of two at or above it up to 8 (configs.fitted_a_rows).
-    TMA fills a box's rows past the tensor slowly, row by row: on the H100 the same 16-row load
-    config took 11.3 us at 1 token and 9.6 at 16 on 4096 x 4096 (bf16; fp8 on 4608 x 3584: 9.0 and
-    7.1). The work is otherwise the same, so a table entry measured at 16 tokens serves 1-16."""
+    TMA fills a box's rows past the tensor slowly: on the H100 the same 16-row load config took
+    11.3 us at 1 token and 9.6 at 16 on 4096 x 4096 (bf16; fp8 on 4608 x 3584: 9.0 and 7.1;
+    docs/results/h100/2026-12-06/sweeps/standard-edge-*.json.gz). The work is otherwise the same,
+    so a table entry measured at 16 tokens serves 1-16."""
 
     enabled: bool = False
 

@@ -138,7 +138,8 @@ class GemmConfig:
 
     def tiling(self) -> "GemmConfig":
         """This config as tables and tuning sweeps name it: without how the dispatcher runs it
-        (``edge``, ``pdl``: configs.as_run's policies, layered on whichever config is picked)."""
+        (``edge``, ``pdl``: configs.as_run's policies, layered on whichever config is picked; a
+        load of A that policy fitted to M keeps its rows)."""
         return dataclasses.replace(self, edge=False, pdl=False)
 
 

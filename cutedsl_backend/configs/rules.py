@@ -43,8 +43,8 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         if cfg.a_rows in SHORT_A_ROWS:
             if cfg.cluster_n != 1:
                 raise UnsupportedGemmError(
-                    f"a_rows {cfg.a_rows}: under 8 rows A is not multicast (cluster_n 1): a cluster's CTAs "
-                    "would share a box of whole 8-row swizzle atoms")
+                    f"a_rows {cfg.a_rows}: under 8 rows A is not multicast (cluster_n 1): a cluster along N "
+                    "splits A's box between its CTAs, untested with loads under one 8-row swizzle atom")
         elif cfg.a_rows % 8 or not (8 <= cfg.a_rows <= min(64, cfg.tile_m)):
             raise UnsupportedGemmError(
                 f"a_rows {cfg.a_rows}: must be 1, 2, 4 or a multiple of 8 in 8..{min(64, cfg.tile_m)}")

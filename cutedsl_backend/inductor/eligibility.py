@@ -82,8 +82,9 @@ class Offer:
 
 # the kernel_config of the per-call dispatcher (the eager API's config choice from the runtime shape)
 DISPATCH = "dispatch"
-# (96 and 160: where the swap-AB models' exact-width tiles take over from the next wider ones)
-DISPATCH_BUCKETS_M = (1, 16, 32, 64, 96, 128, 160, 192, 256, 512, 1024, 2048, 4096, 16384)
+# (96 and 160: where the swap-AB models' exact-width tiles take over from the next wider ones; 2, 4
+# and 8: the few-token loads configs.as_run.ShortALoads fits to M, when on)
+DISPATCH_BUCKETS_M = (1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 256, 512, 1024, 2048, 4096, 16384)
 
 
 def default_device_arch(device) -> str:

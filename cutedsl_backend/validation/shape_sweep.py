@@ -245,13 +245,16 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     pick), and the token count the table's entry was measured at (None for the models; another M
     than the cell's: the entry serves it from the next measured M up, out of sample)."""
     from ..configs import default_config
+    from ..configs.as_run import as_run
     from ..configs.measured import MEASURED
 
     gpu = _this_gpu(gpu)
     p, spec = _cell_problem(dtype, m, n, k)
     cfg = default_config(p, epilogue=spec, gpu=gpu)
     entry = MEASURED.entry(p, gpu, spec)
-    if entry is not None and entry.config == cfg.tiling() and cfg != default_config(p, epilogue=spec):
+    # the entry as the dispatcher runs it (configs.as_run: moved tiles, fitted A loads, dependent launch)
+    if (entry is not None and entry.config is not None and as_run(entry.config, p, spec) == cfg
+            and cfg != default_config(p, epilogue=spec)):
         return cfg.name, "measured table", entry.m
     return cfg.name, "models", None
 

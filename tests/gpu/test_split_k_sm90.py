@@ -284,20 +284,20 @@ def test_fitted_a_loads_fused_and_fp8(m):
     cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
     ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
     assert compare(out, ref, "bfloat16", K, activation="silu")["ok"]
-    f8 = torch.float8_e4m3fn
-    a8 = (torch.randn(m, K, device="cuda", generator=g) * 2).to(f8)
-    b8 = (torch.randn(N, K, device="cuda", generator=g) * 2).to(f8).t()
+    f8, K8 = torch.float8_e4m3fn, 4096  # FP8 rows are whole 16-byte units only where K is a multiple of 16
+    a8 = (torch.randn(m, K8, device="cuda", generator=g) * 2).to(f8)
+    b8 = (torch.randn(N, K8, device="cuda", generator=g) * 2).to(f8).t()
     rowwise = (torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01,
                torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01)
     scales = [rowwise, (torch.tensor(0.03, device="cuda"), torch.tensor(0.05, device="cuda"))]
     for sa, sb in scales:
-        problem8 = GemmProblem(m, N, K, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+        problem8 = GemmProblem(m, N, K8, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
         cfg8 = fit.apply(default_config(problem8), problem8)
         assert cfg8.a_rows == fitted_a_rows(m)
         out8 = torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, config=cfg8, out=out8)
         ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
-        assert compare_fp8(out8, ref8, "bfloat16", K, fast_accum=False)["ok"], sa.shape
+        assert compare_fp8(out8, ref8, "bfloat16", K8, fast_accum=False)["ok"], sa.shape
 
 
 def test_a_rows_refused_past_m():

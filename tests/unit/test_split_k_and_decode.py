@@ -104,6 +104,20 @@ def test_short_a_loads_fit_the_tokens(m, a_rows):
         check_config(pick.replace(a_rows=3), prob(1, 4096, 4096))
 
 
+def test_short_a_loads_key_the_policy_tag():
+    """Caches of choices (Inductor's decisions, FX graphs) key on the policies: toggling this one
+    must not serve a choice made under the other setting."""
+    from cutedsl_backend.configs.as_run import SHORT_A_LOADS, policy_tag
+
+    before = policy_tag()
+    SHORT_A_LOADS.enabled = not SHORT_A_LOADS.enabled
+    try:
+        assert policy_tag() != before
+    finally:
+        SHORT_A_LOADS.enabled = not SHORT_A_LOADS.enabled
+    assert policy_tag() == before
+
+
 def test_decode_choice_only_where_measured():
     assert decode_choice(prob(65, 4096, 4096)) is None
     assert decode_choice(prob(16, 4096, 4096, arch="sm100a")) is None
