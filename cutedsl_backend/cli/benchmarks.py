@@ -150,9 +150,9 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--no-edge-tiles", action="store_true",
                    help="run the picks with their last tiles where the grid puts them, partly past the output's "
                    "edge (default: moved back to end at it, GemmConfig.edge; configs.edge): the other half of that A/B")
-    p.add_argument("--fitted-a-rows", action="store_true",
-                   help="run the few-token picks loading the 1-8 rows of A that hold M, not the 16 or 32 they were "
-                   "chosen with (configs.as_run.ShortALoads): the other half of that A/B, whose default is off")
+    p.add_argument("--no-fitted-a-rows", action="store_true",
+                   help="run the few-token picks with the 16 or 32 rows of A they were chosen with, not the 1-8 "
+                   "that hold M (configs.as_run.ShortALoads): the other half of that A/B")
     p.add_argument("--pdl", action="store_true",
                    help="launch the picks as programmatic dependent launches (GemmConfig.pdl; configs.as_run): "
                    "the other half of that A/B, whose default is off")
@@ -172,10 +172,10 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.edge import EDGE_TILES
 
         EDGE_TILES.enabled = False
-    if args.fitted_a_rows:
+    if args.no_fitted_a_rows:
         from ..configs.as_run import SHORT_A_LOADS
 
-        SHORT_A_LOADS.enabled = True
+        SHORT_A_LOADS.enabled = False
     if args.pdl:
         from ..configs.as_run import DEPENDENT_LAUNCH
 

@@ -82,7 +82,9 @@ def test_k_slices_cover_k_once_and_evenly(k_tiles, splits):
 def test_decode_choice_loads_only_the_rows_m_needs(m, a_rows):
     cfg = decode_choice(prob(m, 4096, 4096))
     assert cfg.schedule == "pingpong" and cfg.tile_m == 64 and cfg.a_rows == a_rows
-    assert default_config(prob(m, 4096, 4096)) == cfg
+    # as it runs, the load holds the power of two at or above M up to 8 (configs.as_run.ShortALoads)
+    fitted = next((r for r in (1, 2, 4, 8) if m <= r), a_rows)
+    assert default_config(prob(m, 4096, 4096)) == cfg.replace(a_rows=fitted)
 
 
 @pytest.mark.parametrize("m,a_rows", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (9, 16), (16, 16)])
@@ -102,6 +104,9 @@ def test_short_a_loads_fit_the_tokens(m, a_rows):
         check_config(clustered.replace(a_rows=1), prob(1, 4096, 4096))
     with pytest.raises(UnsupportedGemmError, match="must be 1, 2, 4 or a multiple of 8"):
         check_config(pick.replace(a_rows=3), prob(1, 4096, 4096))
+    # the gated epilogue keeps its loads (its GPU tests do not cover loads under 8 rows yet)
+    gated = EpilogueSpec(gated="silu")
+    assert on.apply(pick, prob(m, 8192, 4096), gated) == pick
 
 
 def test_short_a_loads_key_the_policy_tag():
