@@ -97,6 +97,7 @@ def test_gated_b_multicast_loads_both_halves_multicast(cfg, multicast):
     (GemmConfig(128, 128, schedule="pingpong"), "float16", "gelu_tanh"),
     (GemmConfig(64, 128, schedule="pingpong", splits=2), "bfloat16", "relu"),
     (GemmConfig(64, 64, schedule="pingpong", a_rows=16), "bfloat16", "gelu"),
+    (GemmConfig(64, 64, schedule="pingpong", a_rows=1), "bfloat16", "silu"),
     (GemmConfig(128, 256, cluster_n=2), "bfloat16", "silu+bias"),
     (GemmConfig(64, 128, schedule="pingpong", splits=2), "float16", "gelu_tanh+bias"),
 ], ids=lambda x: getattr(x, "name", x))
@@ -104,7 +105,7 @@ def test_gated_kernels_compile_with_two_weight_loads_per_stage(cfg, dtype, act):
     from cutedsl_backend.build import compile_kernel
     from cutedsl_backend.compiler import resolve
 
-    m = 16 if cfg.a_rows else 4096
+    m = min(16, cfg.a_rows) if cfg.a_rows else 4096
     problem = GemmProblem(m, 2 * 14336, 4096, 1, dtype, dtype, "k", "k", "sm90a")
     act, _, bias = act.partition("+")
     spec = EpilogueSpec(gated=act, bias="col" if bias else None, bias_dtype="float32")
