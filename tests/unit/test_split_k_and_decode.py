@@ -242,3 +242,19 @@ def test_ranking_lists_each_config_once():
                     (prob(128, 2 * 4096, 4096), EpilogueSpec(gated="silu")), (prob(16, 4096, 4096), None)):
         ranked = rank_configs(p, epilogue=spec)
         assert ranked and len(ranked) == len(set(ranked)), p.describe()
+
+
+def test_the_dispatcher_fits_a_loads_under_the_process_policy(monkeypatch):
+    from cutedsl_backend.configs.as_run import SHORT_A_LOADS
+
+    problem = prob(2, 4096, 4096)
+    fitted = default_config(problem)
+    assert fitted.a_rows == 2 and SHORT_A_LOADS.enabled is True  # on by default
+    monkeypatch.setattr(SHORT_A_LOADS, "enabled", False)
+    default_config.cache_clear()
+    try:
+        assert default_config(problem) == fitted.replace(a_rows=16)
+    finally:
+        monkeypatch.setattr(SHORT_A_LOADS, "enabled", True)
+        default_config.cache_clear()
+    assert default_config(problem) == fitted
