@@ -51,12 +51,13 @@ class ShortALoads:
 
     def apply(self, cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
         rows = fitted_a_rows(problem.m)
-        if not self.enabled or not cfg.a_rows or not rows or rows >= cfg.a_rows or cfg.arch != "sm90a":
+        # (a config with a_rows set is sm90a's: the rules give short loads to that family only)
+        if not self.enabled or not cfg.a_rows or not rows or rows >= cfg.a_rows:
             return cfg
-        if epilogue is not None and getattr(epilogue, "gated", None):
+        if epilogue is not None and epilogue.gated:
             return cfg
         # under 8 rows A is not multicast (configs.rules): a cluster along N takes the 8-row load
-        fitted = (c for c in (cfg.replace(a_rows=rows), cfg.replace(a_rows=8)) if c.a_rows < cfg.a_rows)
+        fitted = (cfg.replace(a_rows=r) for r in dict.fromkeys((rows, 8)) if r < cfg.a_rows)
         return next((c for c in fitted if fits(c, problem, epilogue)), cfg)
 
 

@@ -239,22 +239,35 @@ def test_a_rows(cfg, b_major):
         assert m["ok"], (L, M, N, K, m)
 
 
+def _fused_silu_is_right(m, n, k, cfg, seed):
+    """bias + SiLU + residual through ``cfg`` on fresh bf16 operands, checked against float64;
+    returns the operands' generator (for what the caller draws next)."""
+    a, b, g = operands(1, m, n, k, torch.bfloat16, "k", "k", seed=seed)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    res = torch.randn(1, m, n, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((1, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
+    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
+    assert compare(out, ref, "bfloat16", k, activation="silu")["ok"]
+    return g
+
+
+def _fp8_rowwise_operands(m, n, k, g):
+    """FP8 a (m, k) and b (k, n, a transposed view) and rowwise / columnwise fp32 scales."""
+    f8 = torch.float8_e4m3fn
+    a8 = (torch.randn(m, k, device="cuda", generator=g) * 2).to(f8)
+    b8 = (torch.randn(n, k, device="cuda", generator=g) * 2).to(f8).t()
+    sa = torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01
+    sb = torch.rand(1, n, device="cuda", generator=g) / 16 + 0.01
+    return a8, b8, sa, sb
+
+
 @pytest.mark.epilogue("fused")
 def test_a_rows_fused_and_fp8():
     cfg = A_ROWS[0]
     M, N, K = 16, 456, 1064
-    a, b, g = operands(1, M, N, K, torch.bfloat16, "k", "k", seed=SEED)
-    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
-    res = torch.randn(1, M, N, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.full((1, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
-    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
-    assert compare(out, ref, "bfloat16", K, activation="silu")["ok"]
-    f8 = torch.float8_e4m3fn
-    a8 = (torch.randn(M, 2048, device="cuda", generator=g) * 2).to(f8)
-    b8 = (torch.randn(N, 2048, device="cuda", generator=g) * 2).to(f8).t()
-    sa = torch.rand(M, 1, device="cuda", generator=g) / 16 + 0.01
-    sb = torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01
+    g = _fused_silu_is_right(M, N, K, cfg, SEED)
+    a8, b8, sa, sb = _fp8_rowwise_operands(M, N, 2048, g)
     for fast in (True, False):
         out8 = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out8)
@@ -277,18 +290,9 @@ def test_fitted_a_loads_fused_and_fp8(m):
     problem = GemmProblem(m, N, K, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
     cfg = fit.apply(default_config(problem), problem)
     assert cfg.a_rows == fitted_a_rows(m)
-    a, b, g = operands(1, m, N, K, torch.bfloat16, "k", "k", seed=SEED + m)
-    bias = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
-    res = torch.randn(1, m, N, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.full((1, m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cb.gemm(a, b, bias=bias, residual=res, activation="silu", config=cfg, out=out)
-    ref = reference(a.double() @ b.double(), bias=bias.double(), residual=res.double(), activation="silu")
-    assert compare(out, ref, "bfloat16", K, activation="silu")["ok"]
-    f8, K8 = torch.float8_e4m3fn, 4096  # FP8 rows are whole 16-byte units only where K is a multiple of 16
-    a8 = (torch.randn(m, K8, device="cuda", generator=g) * 2).to(f8)
-    b8 = (torch.randn(N, K8, device="cuda", generator=g) * 2).to(f8).t()
-    rowwise = (torch.rand(m, 1, device="cuda", generator=g) / 16 + 0.01,
-               torch.rand(1, N, device="cuda", generator=g) / 16 + 0.01)
+    g = _fused_silu_is_right(m, N, K, cfg, SEED + m)
+    K8 = 4096  # FP8 rows are whole 16-byte units only where K is a multiple of 16
+    a8, b8, *rowwise = _fp8_rowwise_operands(m, N, K8, g)
     scales = [rowwise, (torch.tensor(0.03, device="cuda"), torch.tensor(0.05, device="cuda"))]
     for sa, sb in scales:
         problem8 = GemmProblem(m, N, K8, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
