@@ -153,9 +153,6 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--no-fitted-a-rows", action="store_true",
                    help="run the few-token picks with the 16 or 32 rows of A they were chosen with, not the 1-8 "
                    "that hold M (configs.as_run.ShortALoads): the other half of that A/B")
-    p.add_argument("--fitted-stores", action="store_true",
-                   help="the few-token picks store only the rows of A they load (GemmConfig.fit_store; "
-                   "configs.as_run.FittedStores): the other half of that A/B, whose default is off")
     p.add_argument("--pdl", action="store_true",
                    help="launch the picks as programmatic dependent launches (GemmConfig.pdl; configs.as_run): "
                    "the other half of that A/B, whose default is off")
@@ -179,10 +176,6 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.as_run import SHORT_A_LOADS
 
         SHORT_A_LOADS.enabled = False
-    if args.fitted_stores:
-        from ..configs.as_run import FITTED_STORES
-
-        FITTED_STORES.enabled = True
     if args.pdl:
         from ..configs.as_run import DEPENDENT_LAUNCH
 

@@ -5,9 +5,6 @@ change how a kernel meets its neighbours, not the tiling it was chosen for. Pure
 - Fitted A loads (ShortALoads), on: a few-token pick that loads 16 or 32 rows of A
   (GemmConfig.a_rows) loads 1, 2, 4 or 8 at 1-8 tokens, the power of two at or above M.
   ``sweep-shapes --no-fitted-a-rows`` turns it off for the A/B.
-- Fitted stores (FittedStores), off until timed on a GPU: such a pick (a_rows set) stores only
-  its first a_rows rows per epilogue sub-tile (GemmConfig.fit_store). ``sweep-shapes
-  --fitted-stores`` turns it on for the A/B.
 - Programmatic dependent launch (GemmConfig.pdl), off: it lets a kernel's prologue overlap the
   end of the kernel before it on the stream, meant for launches of a few microseconds (few
   tokens against a narrow weight, where the perf sweep's worst 16-bit cells are). Measured on an
@@ -67,24 +64,6 @@ class ShortALoads:
 SHORT_A_LOADS = ShortALoads()
 
 
-@dataclass
-class FittedStores:
-    """``enabled``: a pick whose A loads bring only some rows (GemmConfig.a_rows, so M is at most
-    a_rows) stores only those rows of each output sub-tile (GemmConfig.fit_store) instead of the
-    whole tile's, which past M TMA clips store after store. Off: not yet timed on a GPU."""
-
-    enabled: bool = False
-
-    def apply(self, cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
-        if not self.enabled or not cfg.a_rows or cfg.fit_store:
-            return cfg
-        fitted = cfg.replace(fit_store=True)
-        return fitted if fits(fitted, problem, epilogue) else cfg
-
-
-FITTED_STORES = FittedStores()
-
-
 # the process's policy (sweep-shapes --pdl turns it on, before any pick: configs.default_config
 # memoizes its picks)
 DEPENDENT_LAUNCH = DependentLaunch()
@@ -93,16 +72,14 @@ DEPENDENT_LAUNCH = DependentLaunch()
 def policy_tag() -> str:
     """Which of these policies are on (caches of choices made under them key on it: the configs
     they name differ)."""
-    return (f"edge{int(EDGE_TILES.enabled)}-pdl{int(DEPENDENT_LAUNCH.enabled)}-arows{int(SHORT_A_LOADS.enabled)}"
-            f"-fs{int(FITTED_STORES.enabled)}")
+    return f"edge{int(EDGE_TILES.enabled)}-pdl{int(DEPENDENT_LAUNCH.enabled)}-arows{int(SHORT_A_LOADS.enabled)}"
 
 
 def as_run(cfg: GemmConfig, problem, epilogue=None) -> GemmConfig:
     """``cfg`` as the dispatcher runs it on ``problem``: its last tiles moved where configs.edge
-    says so, its A loads fitted to a few tokens (ShortALoads) and its stores to them where that
-    policy is on (FittedStores), launched as a dependent launch where that policy is on."""
-    cfg = SHORT_A_LOADS.apply(EDGE_TILES.apply(cfg, problem, epilogue), problem, epilogue)
-    return DEPENDENT_LAUNCH.apply(FITTED_STORES.apply(cfg, problem, epilogue))
+    says so, its A loads fitted to a few tokens (ShortALoads), launched as a dependent launch where
+    that policy is on."""
+    return DEPENDENT_LAUNCH.apply(SHORT_A_LOADS.apply(EDGE_TILES.apply(cfg, problem, epilogue), problem, epilogue))
 
 
 def candidates_as_run(configs, problem, epilogue=None) -> list:

@@ -13,12 +13,11 @@ from ..problem import UnsupportedGemmError, dtype_bits
 SCHEDULES = ("cooperative", "pingpong")
 RASTERS = ("n", "m")
 _NAME_FORM = ("<arch>_<schedule>_<M>x<N>x<K|auto>_c<m>x<n>_s<stages|auto>_r<raster><group>[_2cta][_k<splits>]"
-              "[_a<rows>][_swap][_edge][_sk][_pdl][_fs]")
+              "[_a<rows>][_swap][_edge][_sk][_pdl]")
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<schedule>cooperative|pingpong)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+|auto)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_s(?P<stages>\d+|auto)_r(?P<raster>[nm])(?P<group>\d+)(?P<two_cta>_2cta)?"
-    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?(?P<stream_k>_sk)?(?P<pdl>_pdl)?"
-    r"(?P<fit_store>_fs)?")
+    r"(?:_k(?P<splits>\d+))?(?:_a(?P<a_rows>\d+))?(?P<swap_ab>_swap)?(?P<edge>_edge)?(?P<stream_k>_sk)?(?P<pdl>_pdl)?")
 # split-K: at most this many K slices per output tile (each slice's fp32 partial goes through the
 # workspace; past 16 the partials' traffic outweighs the weights' on any shape this serves)
 MAX_SPLITS = 16
@@ -73,12 +72,6 @@ class GemmConfig:
       memory access, and lets the next one start once its loads are issued. What a short launch
       pays per call, not what it computes. Both families (sm100a: compile-verified); the
       dispatcher's policy (configs.as_run) takes it on sm90a, where it is measured.
-    - ``fit_store``: with ``a_rows`` set (so M is at most ``a_rows``), the output's TMA store box
-      holds only the first ``a_rows`` rows of each epilogue sub-tile instead of all of the tile's
-      rows, which past M are clipped away one store after another. The same reasoning as the A
-      loads: at 16 tokens a few-token FP8 config ran ~7% slower than at 64 with the same tile on
-      the H100 (docs/results/h100/2026-12-06, the fp8 few-token table), its loads fitted both
-      times. sm90a; the dispatcher's policy (configs.as_run.FittedStores) decides.
     """
 
     tile_m: int = 128
@@ -98,7 +91,6 @@ class GemmConfig:
     edge: bool = False
     stream_k: bool = False
     pdl: bool = False
-    fit_store: bool = False
 
     @property
     def name(self) -> str:
@@ -108,17 +100,16 @@ class GemmConfig:
         )
         return s + ("_2cta" if self.two_cta else "") + (f"_k{self.splits}" if self.splits != 1 else "") + (
             f"_a{self.a_rows}" if self.a_rows else "") + ("_swap" if self.swap_ab else "") + (
-            "_edge" if self.edge else "") + ("_sk" if self.stream_k else "") + ("_pdl" if self.pdl else "") + (
-            "_fs" if self.fit_store else "")
+            "_edge" if self.edge else "") + ("_sk" if self.stream_k else "") + ("_pdl" if self.pdl else "")
 
     def key(self) -> tuple:
         t = dataclasses.astuple(self)
-        # the fields added last (swap_ab, edge, stream_k, pdl, fit_store) only up to the last one
-        # set: the keys of configs without them are the keys that predate them
-        added = [self.swap_ab, self.edge, self.stream_k, self.pdl, self.fit_store]
+        # the fields added last (swap_ab, edge, stream_k, pdl) only up to the last one set: the
+        # keys of configs without them are the keys that predate them
+        added = [self.swap_ab, self.edge, self.stream_k, self.pdl]
         while added and not added[-1]:
             added.pop()
-        return t[:len(t) - 5 + len(added)]
+        return t[:len(t) - 4 + len(added)]
 
     @property
     def shape(self) -> tuple:
@@ -140,17 +131,16 @@ class GemmConfig:
                    cluster_n=int(g["cn"]), schedule=g["schedule"], stages=auto(g["stages"]), raster=g["raster"],
                    group=int(g["group"]), arch=g["arch"], two_cta=bool(g["two_cta"]),
                    splits=int(g["splits"] or 1), a_rows=int(g["a_rows"] or 0), swap_ab=bool(g["swap_ab"]),
-                   edge=bool(g["edge"]), stream_k=bool(g["stream_k"]), pdl=bool(g["pdl"]),
-                   fit_store=bool(g["fit_store"]))
+                   edge=bool(g["edge"]), stream_k=bool(g["stream_k"]), pdl=bool(g["pdl"]))
 
     def replace(self, **kw) -> "GemmConfig":
         return dataclasses.replace(self, **kw)
 
     def tiling(self) -> "GemmConfig":
         """This config as tables and tuning sweeps name it: without how the dispatcher runs it
-        (``edge``, ``pdl``, ``fit_store``: configs.as_run's policies, layered on whichever config is
-        picked; a load of A that policy fitted to M keeps its rows)."""
-        return dataclasses.replace(self, edge=False, pdl=False, fit_store=False)
+        (``edge``, ``pdl``: configs.as_run's policies, layered on whichever config is picked; a
+        load of A that policy fitted to M keeps its rows)."""
+        return dataclasses.replace(self, edge=False, pdl=False)
 
 
 def natural_tile_k(dtype: str) -> int:

@@ -51,12 +51,6 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         if problem.m > cfg.a_rows:
             raise UnsupportedGemmError(
                 f"a_rows {cfg.a_rows}: the problem's M={problem.m} is larger (rows past a_rows would not be loaded)")
-    if cfg.fit_store:
-        if not cfg.a_rows or problem.c_major != "n":
-            raise UnsupportedGemmError("fit_store: the store box fitted to a_rows rows needs a_rows set and a "
-                                       "row-major output (its rows then hold every output row)")
-        if fam.epilogue_tile(cfg)[0] != cfg.tile_m:
-            raise UnsupportedGemmError(f"fit_store: the tile's {cfg.tile_m} rows must be one epilogue sub-tile")
     if cfg.swap_ab or problem.c_major == "m":
         if cfg.swap_ab != (problem.c_major == "m"):
             raise UnsupportedGemmError("swap_ab: a swap-AB config runs on the swapped problem (GemmProblem.swapped, "

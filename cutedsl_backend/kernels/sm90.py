@@ -12,8 +12,9 @@ Warp groups of one CTA (384 threads):
     * pingpong: the groups take alternate tiles, so one group's epilogue overlaps the other's
       mainloop; each skips the ring stages that belong to the other's tiles.
 
-Tails: TMA zero-fills out-of-bounds loads (K, M and N tails add zeros to the dot products) and
-clips out-of-bounds stores, so any M, N, K is exact; the rules only demand 16-byte aligned strides.
+Tails: TMA zero-fills out-of-bounds loads (K, M and N tails contribute zeros to the dot
+products) and clips out-of-bounds stores, so any M, N, K is exact; the host rules only demand
+16-byte aligned strides.
 """
 
 from __future__ import annotations
@@ -361,9 +362,10 @@ class Sm90Gemm(Sm90Launch):
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
                 if cutlass.const_expr(self.promote):
-                    # fp8, precise: each k-tile's WGMMAs accumulate into a fresh fragment added to the
-                    # fp32 accumulator (the fp8 accumulator keeps fewer mantissa bits). Where registers
-                    # allow, two alternate: one k-tile's WGMMAs run while the previous one is added.
+                    # fp8, precise: each k-tile's WGMMAs accumulate into a fresh fragment that is
+                    # then added to the fp32 accumulator (the tensor cores' fp8 accumulator keeps
+                    # fewer mantissa bits than fp32). Where registers allow, two fragments
+                    # alternate, so one k-tile's WGMMAs run while the previous one is added.
                     # (states are reassigned so the DSL carries them through the staged loop)
                     mma_args = (tiled_mma, ab_pipeline, tCrA, tCrB, num_k_blocks)
                     if cutlass.const_expr(self.promoted_copies == 2):
@@ -436,18 +438,12 @@ class Sm90Gemm(Sm90Launch):
                     if cutlass.const_expr(self.cfg.edge):
                         gC_e = cute.local_tile(cute.domain_offset((dm, dn, 0), mC_mnl),
                                                (self.cfg.tile_m, self.out_tile_n), (None, None, None))
-                    gC_t = gC_e[(None, None, tile_m, tile_n, l)]
-                    gC_tile = cute.zipped_divide(gC_t, self.epi_tile)
+                    gC_tile = cute.zipped_divide(gC_e[(None, None, tile_m, tile_n, l)], self.epi_tile)
+                    bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
+                        tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile)
                     epi_tiles = cute.size(gC_tile, mode=[1])
                     epi_grid = gC_tile.shape[1]
                     epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
-                    sC_store, gC_store = sC, gC_tile
-                    if cutlass.const_expr(self.c_rows != self.epi_tile[0]):
-                        # fit_store: each sub-tile's first c_rows rows (one sub-tile along M: same coords)
-                        sC_store = cute.local_tile(sC, self.store_tile, (0, 0, None))
-                        gC_store = cute.zipped_divide(gC_t, self.store_tile)
-                    bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
-                        tma_c, 0, cute.make_layout(1), cute.group_modes(sC_store, 0, 2), gC_store)
                     if cutlass.const_expr(epi_ops.staged):
                         tile_ops.stage()
                         epi_sync.arrive_and_wait()

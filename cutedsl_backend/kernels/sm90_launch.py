@@ -59,8 +59,6 @@ class Sm90Launch(SplitKUnits):
         self.epi_groups = epilogue_groups(cfg)
         self.stores = epi.StoreHandshake()
         self.epi_tile = epilogue_tile(cfg)
-        # the rows of each epilogue sub-tile a store writes (GemmConfig.fit_store: the first a_rows)
-        self.c_rows = cfg.a_rows if cfg.fit_store else self.epi_tile[0]
         self.num_math_wgs = 2
         self.threads_per_cta = THREADS_PER_WG * (1 + self.num_math_wgs)
         # threads that share one tile's epilogue
@@ -118,7 +116,8 @@ class Sm90Launch(SplitKUnits):
             tma_b, tma_tensor_b = self._make_tma_load(
                 mB, b_smem_staged, (self.cfg.tile_n, self.cfg.tile_k), self.cfg.cluster_m)
         tma_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC, self._c_box(c_smem_staged), self.store_tile)
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+            cute.slice_(c_smem_staged, (None, None, 0)), self.epi_tile)
 
         tma_res = tma_tensor_res = res_smem_staged = None
         self.res_dtype = self.c_dtype
@@ -177,20 +176,6 @@ class Sm90Launch(SplitKUnits):
         if cutlass.const_expr(self.a_rows == self.cfg.tile_m):
             return stage
         return cute.composition(stage, cute.make_layout((self.a_rows, self.cfg.tile_k), stride=(1, self.cfg.tile_m)))
-
-    @property
-    def store_tile(self) -> tuple:
-        """(rows, columns) of the output a TMA store writes: an epilogue sub-tile, or its first
-        ``c_rows`` rows (GemmConfig.fit_store)."""
-        return (self.c_rows, self.epi_tile[1])
-
-    def _c_box(self, c_smem_staged):
-        """One output staging buffer's smem layout of the rows a store writes (the first ``c_rows``
-        of the epilogue sub-tile; the rows below them, past M, are staged but never stored)."""
-        stage = cute.slice_(c_smem_staged, (None, None, 0))
-        if cutlass.const_expr(self.c_rows == self.epi_tile[0]):
-            return stage
-        return cute.composition(stage, cute.make_layout(self.store_tile, stride=(1, self.epi_tile[0])))
 
     @staticmethod
     def _tma_views(tma, cluster_coord, mcast_layout, smem, tiles):

@@ -230,15 +230,11 @@ def test_wide_tile_issues_two_wgmmas_per_k_block(dtype, op):
                                  GemmConfig(64, 96, schedule="pingpong", stream_k=True, a_rows=16),
                                  GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=1),
                                  GemmConfig(64, 128, schedule="pingpong", a_rows=4),
-                                 GemmConfig(128, 192, cluster_m=2, stream_k=True),
-                                 # stores fitted to the rows loaded (GemmConfig.fit_store)
-                                 GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=1, fit_store=True),
-                                 GemmConfig(64, 256, cluster_n=2, schedule="pingpong", a_rows=8, fit_store=True),
-                                 GemmConfig(64, 96, schedule="pingpong", stream_k=True, a_rows=16, fit_store=True)],
+                                 GemmConfig(128, 192, cluster_m=2, stream_k=True)],
                          ids=lambda c: c.name)
 def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     """Split-K and stream-K kernels count arrivals with one global atomic and sum the partials at
-    L2 (.cg loads); nothing spills, whatever the K slices, pieces, A rows and rows stored."""
+    L2 (.cg loads); nothing spills, whatever the K slices, pieces and A rows."""
     import cutedsl_backend as cb
 
     k = cb.compile_gemm(min(8, cfg.a_rows or 8), 4104, 4096, dtype="bfloat16", b_major="k", config=cfg, use_cache=False)
@@ -399,7 +395,6 @@ def test_dependent_launch_waits_before_its_first_global_access(cfg, spec):
 @pytest.mark.parametrize("cfg, m", [
     (GemmConfig(64, 32, schedule="pingpong", a_rows=16), 16),  # the few-token FP8 pick
     (GemmConfig(64, 32, schedule="pingpong", a_rows=1), 1),  # ... as it runs at 1 token (configs.as_run)
-    (GemmConfig(64, 32, schedule="pingpong", a_rows=16, fit_store=True), 16),  # ... its stores fitted too
     (GemmConfig(64, 64, schedule="pingpong", splits=2, a_rows=16), 16),
     (GemmConfig(128, 128, cluster_n=2), 4096),
 ], ids=lambda c: c.name if isinstance(c, GemmConfig) else str(c))

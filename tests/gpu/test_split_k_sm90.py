@@ -222,11 +222,7 @@ A_ROWS = [GemmConfig(64, 128, schedule="pingpong", splits=4, a_rows=16), GemmCon
           GemmConfig(64, 128, schedule="pingpong", splits=3, a_rows=4)]
 
 
-# the same, storing only the rows they load (GemmConfig.fit_store; configs.as_run.FittedStores)
-FITTED_STORES = [c.replace(fit_store=True) for c in A_ROWS]
-
-
-@pytest.mark.parametrize("cfg", A_ROWS + FITTED_STORES, ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", A_ROWS, ids=lambda c: c.name)
 @pytest.mark.parametrize("b_major", "nk")
 def test_a_rows(cfg, b_major):
     for i, (L, M, N, K) in enumerate([(1, 1, 200, 520), (1, 8, 4104, 4096), (3, 5, 328, 1000), (2, 8, 264, 4104),
@@ -306,35 +302,6 @@ def test_fitted_a_loads_fused_and_fp8(m):
         cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, config=cfg8, out=out8)
         ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
         assert compare_fp8(out8, ref8, "bfloat16", K8, fast_accum=False)["ok"], sa.shape
-
-
-@pytest.mark.epilogue("fused")
-@pytest.mark.parametrize("m", [1, 3, 8, 16])
-def test_fitted_stores_fused_and_fp8(m):
-    """The few-token picks storing only the rows they load (configs.as_run.FittedStores, with the
-    loads fitted too): right with fused epilogues and FP8 tensorwise / rowwise scales, and no row
-    past M written (the output is the head of a NaN-filled buffer)."""
-    from cutedsl_backend.configs import default_config
-    from cutedsl_backend.configs.as_run import FittedStores, ShortALoads
-    from cutedsl_backend.problem import GemmProblem
-
-    N, K8 = 1032, 4096
-
-    def as_run(problem):
-        cfg = FittedStores(enabled=True).apply(ShortALoads(enabled=True).apply(default_config(problem), problem),
-                                               problem)
-        assert cfg.fit_store and cfg.a_rows >= m, cfg.name
-        return cfg
-
-    g = _fused_silu_is_right(m, N, 4104, as_run(GemmProblem(m, N, 4104, 1, "bfloat16", "bfloat16", "k", "k")), SEED)
-    a8, b8, *rowwise = _fp8_rowwise_operands(m, N, K8, g)
-    cfg8 = as_run(GemmProblem(m, N, K8, 1, "float8_e4m3fn", "bfloat16", "k", "k"))
-    for sa, sb in [rowwise, (torch.tensor(0.03, device="cuda"), torch.tensor(0.05, device="cuda"))]:
-        buf = torch.full((m + 9, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, config=cfg8, out=buf[:m])
-        ref8 = (a8.double() @ b8.double()) * sa.double() * sb.double()
-        assert compare_fp8(buf[:m], ref8, "bfloat16", K8, fast_accum=False)["ok"], sa.shape
-        assert torch.isnan(buf[m:]).all(), "a row past M was written"
 
 
 def test_a_rows_refused_past_m():

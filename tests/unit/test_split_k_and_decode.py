@@ -123,33 +123,6 @@ def test_short_a_loads_key_the_policy_tag():
     assert policy_tag() == before
 
 
-def test_fitted_stores_only_where_the_loads_are_fitted():
-    """FittedStores (off by default) gives a config whose A loads bring only some rows the store box
-    of those rows; any other config runs as picked, and the rules refuse the fitted store by name
-    where no A rows are set or the output is column-major."""
-    from cutedsl_backend.configs.as_run import FITTED_STORES, FittedStores, policy_tag
-
-    assert not FITTED_STORES.enabled
-    on = FittedStores(enabled=True)
-    few = GemmConfig(64, 32, schedule="pingpong", a_rows=16)
-    assert on.apply(few, prob(16, 4096, 4096)) == few.replace(fit_store=True)
-    assert FittedStores().apply(few, prob(16, 4096, 4096)) == few
-    wide = GemmConfig(128, 256)
-    assert on.apply(wide, prob(4096, 4096, 4096)) == wide
-    with pytest.raises(UnsupportedGemmError, match="fit_store"):
-        check_config(wide.replace(fit_store=True), prob(4096, 4096, 4096))
-    with pytest.raises(UnsupportedGemmError, match="fit_store"):
-        check_config(few.replace(fit_store=True, swap_ab=True), prob(4096, 16, 4096).swapped())
-    assert few.replace(fit_store=True).tiling() == few
-    assert GemmConfig.from_name(few.replace(fit_store=True).name).fit_store
-    before = policy_tag()
-    FITTED_STORES.enabled = True
-    try:
-        assert policy_tag() != before
-    finally:
-        FITTED_STORES.enabled = False
-
-
 def test_decode_choice_only_where_measured():
     assert decode_choice(prob(65, 4096, 4096)) is None
     assert decode_choice(prob(16, 4096, 4096, arch="sm100a")) is None
