@@ -88,6 +88,43 @@ def _probe_padding(args, p) -> int:
     return 0 if rows and all(r["correct"] for r in rows) else 1
 
 
+def _probe_configs_arguments(p):
+    p.add_argument("--shapes", required=True, help="MxNxK,... (nn.Linear: A (M, K), the weight (N, K) transposed)")
+    p.add_argument("--dtypes", default="bfloat16",
+                   help="comma-separated: bfloat16, float16, fp8_tensorwise, fp8_rowwise")
+    p.add_argument("--configs", default="pick",
+                   help="comma-separated config names (GemmConfig.name), and 'pick' for what the dispatcher runs")
+    p.add_argument("--rounds", type=int, default=5, help="alternated timing rounds (medians reported)")
+    p.add_argument("--json", help="write the rows here")
+
+
+def _probe_configs(args, p) -> int:
+    from ..configs import GemmConfig
+    from ..problem import UnsupportedGemmError
+    from ..validation.probe_configs import PICK, PROBE_DTYPES, config_ab
+
+    try:
+        wanted = [dims(s) for s in args.shapes.split(",")]
+    except ValueError:
+        p.error("--shapes: MxNxK,... (positive integers)")
+    if any(len(s) != 3 or min(s) < 1 for s in wanted):
+        p.error("--shapes: MxNxK,... (positive integers)")
+    dtypes, configs = names(args.dtypes) or [], names(args.configs) or []
+    if not dtypes or any(d not in PROBE_DTYPES for d in dtypes):
+        p.error(f"--dtypes: one or more of {', '.join(PROBE_DTYPES)}")
+    for name in configs:
+        if name != PICK:
+            try:
+                GemmConfig.from_name(name)
+            except UnsupportedGemmError as e:
+                p.error(f"--configs: {e}")
+    if not configs or args.rounds < 1:
+        p.error("--configs needs a name or 'pick', --rounds at least 1")
+    rows = config_ab([(d, c, s) for d in dtypes for s in wanted for c in configs], rounds=args.rounds)
+    write_json(args.json, rows)
+    return 0 if all(r.get("correct", True) for r in rows) else 1
+
+
 def _probe_epilogue_arguments(p):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("configs", nargs="*", help="config names (default: the cooperative and ping-pong candidates)")
@@ -157,6 +194,9 @@ COMMANDS = (
     Command("probe-padding", "what loads past the output's edge cost (a cluster's CTAs wholly past it, a last tile "
             "partly past it): one launch at two shapes, each checked vs float64, timed beside the peer", True,
             _probe_padding_arguments, _probe_padding),
+    Command("probe-configs", "named configs (or the dispatcher's pick) on chosen shapes and dtypes: each result "
+            "checked vs float64, then timed beside the peer, the configs of a shape alternated", True,
+            _probe_configs_arguments, _probe_configs),
     Command("probe-epilogue", "interleaved A/B of the fused residual epilogue across configs (4096x14336x4096 bf16) "
             "against cuBLAS, torch.addmm and eager", True, _probe_epilogue_arguments, _probe_epilogue),
     Command("probe-workers", "how starting the compile worker pool slows the compiling process (CPU only; compare "

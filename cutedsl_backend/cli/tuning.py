@@ -176,6 +176,8 @@ def _tune_arguments(p):
                    help="a table measured on another GPU (JSON; one per class, repeatable): also sweep its class at "
                    "its token counts on the configs it names near each (a fifth of the full spaces' time; e.g. the "
                    "H100's tables on an H200)")
+    p.add_argument("--prior-ms", default="", help="only these of the priors' token counts, in this order (e.g. "
+                   "256,320,384,512 first on a time-limited lease; default: all of them)")
 
 
 def _tune(args, p) -> int:
@@ -183,7 +185,7 @@ def _tune(args, p) -> int:
 
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
          decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms),
-         stream_k=args.stream_k, priors=tuple(args.prior))
+         stream_k=args.stream_k, priors=tuple(args.prior), prior_ms=ints(args.prior_ms))
     return 0
 
 

@@ -418,40 +418,17 @@ def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
     timed in alternation (CUDA-graph replay, ``rounds``). Were those loads as cheap as in-bounds
     ones, the smaller shape would run as fast as the larger, never slower. Rows: the case, shape,
     median ms and range, ratio vs the peer, the numerics check."""
-    import torch
-
-    import cutedsl_backend as cb
-
-    from ..epilogue import reference
     from .bench import alternated_graph_ms
-    from .tolerances import compare, compare_fp8
+    from .probe_configs import probe_calls
 
     rows = []
     for dtype, name, *shapes in cases:
         cfg = GemmConfig.from_name(name)
         calls, checks = {}, {}
         for m, n, k in shapes:
-            g = torch.Generator(device="cuda").manual_seed(2026 + m + n + k)
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            peer_out = torch.empty_like(out)
-            if dtype == "bfloat16":
-                a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-                b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
-                ours = (lambda a=a, b=b, o=out: cb.gemm(a, b, config=cfg, out=o))
-                peer = (lambda a=a, b=b, o=peer_out: torch.matmul(a, b, out=o))
-                ours()
-                checks[(m, n, k)] = compare(out, a.double() @ b.double(), dtype, k)
-            else:
-                a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
-                b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
-                sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
-                ours = (lambda a=a, b=b, sa=sa, sb=sb, o=out: cb.scaled_mm(a, b, sa, sb, config=cfg, out=o))
-                peer = (lambda a=a, b=b, sa=sa, sb=sb:
-                        torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
-                ours()
-                ref = reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double())
-                checks[(m, n, k)] = compare_fp8(out, ref, "bfloat16", k, fast_accum=False)
-            calls[("ours", m, n, k)], calls[("peer", m, n, k)] = ours, peer
+            probe = probe_calls(dtype, cfg, m, n, k)
+            checks[(m, n, k)] = probe.check()
+            calls[("ours", m, n, k)], calls[("peer", m, n, k)] = probe.ours, probe.peer
         timed = alternated_graph_ms(calls, rounds)
         for m, n, k in shapes:
             us, them = timed[("ours", m, n, k)], timed[("peer", m, n, k)]

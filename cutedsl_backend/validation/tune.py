@@ -71,7 +71,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
          fp8_ms: tuple = FP8_MID_MS, models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
          decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = (),
-         stream_k: bool = False, priors: tuple = ()) -> list:
+         stream_k: bool = False, priors: tuple = (), prior_ms: tuple = ()) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
@@ -83,7 +83,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     ``priors``: tables measured on another GPU (JSON files, one per class): each one's class is also
     swept at each token count it measured, on the configs it names near there
     (tuning_sweeps.prior_candidates, with the models' picks; rows ``sweep-prior-*.json``), a fifth of
-    the full spaces' time.
+    the full spaces' time. ``prior_ms``: only these of the priors' token counts, in this order (the
+    ones that matter most first, for a time-limited lease; empty: all, ascending).
     ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
@@ -128,7 +129,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         if prior_dtype is None or prior_dtype in prior_tables:
             raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
         prior_tables[prior_dtype] = _Prior(table, Path(prior).name, digest)
-        runs += [(prior_dtype, "prior", m) for m in sorted({e.m for e in table.entries})]
+        measured = sorted({e.m for e in table.entries})
+        runs += [(prior_dtype, "prior", m) for m in ([m for m in prior_ms if m in measured] if prior_ms else measured)]
     write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables)
     tables: dict = {}  # the sweep dtype -> (path, table) as last written
     for dtype, space, m in runs:

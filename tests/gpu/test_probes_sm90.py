@@ -39,3 +39,21 @@ def test_cluster_padding_checks_and_times_both_shapes_of_each_case():
     for r in rows:
         assert r["correct"], r
         assert 0 < r["ours_range"][0] <= r["ours_ms"] <= r["ours_range"][1] and r["peer_ms"] > 0, r
+
+
+def test_config_ab_checks_and_times_each_config_and_the_pick():
+    """``probe-configs``: every dtype's calls right against float64 (the pick and a named config,
+    FP8 with both scalings), a config the rules refuse for the shape a row naming the rule."""
+    from cutedsl_backend.validation.probe_configs import config_ab
+
+    named = "sm90a_pingpong_64x64xauto_c1x1_sauto_rn8_a16"
+    cases = [(d, c, (16, 1032, 1024)) for d in ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
+             for c in ("pick", named)]
+    cases.append(("bfloat16", named, (64, 1032, 1024)))  # 64 tokens past its 16 rows of A: refused
+    rows = config_ab(cases, rounds=2, log=lambda *a: None)
+    timed = [r for r in rows if "refused" not in r]
+    assert len(timed) == 8 and all(r["correct"] for r in timed), timed
+    assert {r["config"] for r in timed if r["config"].endswith("(pick)")} and all(
+        0 < r["ours_range"][0] <= r["ours_ms"] <= r["ours_range"][1] and r["peer_ms"] > 0 for r in timed)
+    refused = [r for r in rows if "refused" in r]
+    assert len(refused) == 1 and "a_rows" in refused[0]["refused"] and refused[0]["m"] == 64

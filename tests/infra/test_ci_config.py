@@ -269,9 +269,9 @@ def test_every_command_says_whether_it_needs_a_gpu(capsys, monkeypatch):
     assert GPU_COMMANDS == {
         "bench", "bench-host", "sweep", "bench-epilogue", "bench-fp8", "sweep-epilogue", "sweep-fp8", "bench-inductor",
         "sweep-shapes", "sweep-decode", "tune", "sweep-gated", "probe-power", "probe-tiles", "probe-epilogue", "fuzz",
-        "probe-bandwidth", "probe-peer", "probe-padding"}, GPU_COMMANDS
+        "probe-bandwidth", "probe-peer", "probe-padding", "probe-configs"}, GPU_COMMANDS
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    required = {"tune": ["--out", "unused"], "probe-tiles": ["clusters"]}  # their required arguments
+    required = {"tune": ["--out", "unused"], "probe-tiles": ["clusters"], "probe-configs": ["--shapes", "1x64x64"]}
     for cmd in sorted(GPU_COMMANDS):
         assert main([cmd, *required.get(cmd, [])]) == 2, cmd
         err = capsys.readouterr().err

@@ -482,6 +482,12 @@ def test_tune_with_a_prior_table_re_measures_it_at_its_token_counts(tmp_path):
     tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
          gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),))
     assert len(calls) == 3 and calls[-1][3] == other
+    # --prior-ms: only those token counts, in the order given (a count the prior lacks is skipped)
+    calls.clear()
+    (tmp_path / "prior.json").write_text(json.dumps(prior.to_json()))
+    tune(str(tmp_path / "part"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
+         gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),), prior_ms=(384, 999, 128))
+    assert [c[0] for c in calls] == [(384,), (128,)]
     sm100 = MeasuredTable(GPU, "sm100a", "16bit", "test", prior.entries)
     (tmp_path / "sm100.json").write_text(json.dumps(sm100.to_json()))
     with pytest.raises(ValueError, match="sm90a"):

@@ -1,0 +1,141 @@
+"""``python -m cutedsl_backend probe-configs``: named configs (or the dispatcher's pick) on chosen
+shapes against the peer, each result checked against float64 first, then ours and the peer timed
+in alternation (CUDA-graph replay). What a design question about one config needs (does a field
+change the time, is one scaling slower than another with the same tiles), as a command rather
+than a script.
+
+A case is (dtype, config, (M, N, K)): dtype one of :data:`PROBE_DTYPES`; config a
+:class:`~cutedsl_backend.configs.GemmConfig` name, or ``"pick"`` for what the dispatcher runs
+(its table or model choice as configs.as_run runs it). Operands are nn.Linear's: A (M, K)
+row-major, the weight (N, K) row-major passed transposed; FP8 in e4m3 with fp32 scales (a scalar
+each, or per row of A and per column of the output), bf16 out.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+# the operand classes a probe times, each against its peer: cuBLAS (torch.matmul) for 16-bit,
+# torch._scaled_mm with the same scales for FP8 (its default: every k-tile accumulated in fp32)
+PROBE_DTYPES = ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
+PICK = "pick"
+
+
+class ProbeCalls(NamedTuple):
+    """One case's calls: ``ours`` and ``peer`` (each writes a fresh result), and ``check`` (our
+    result against float64: tolerances.compare's dict, ``ok`` among its keys)."""
+
+    ours: Callable
+    peer: Callable
+    check: Callable
+
+
+def probe_calls(dtype: str, config, m: int, n: int, k: int, seed: int = 2026) -> ProbeCalls:
+    """The calls of one case on fresh random operands (a generator seeded from ``seed`` and the
+    shape: replayable). ``config``: a GemmConfig, or None for the dispatcher's pick."""
+    import torch
+
+    import cutedsl_backend as cb
+
+    from ..epilogue import reference
+    from .tolerances import compare, compare_fp8
+
+    if dtype not in PROBE_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: one of {', '.join(PROBE_DTYPES)}")
+    g = torch.Generator(device="cuda").manual_seed(seed + m + n + k)
+    fp8 = dtype.startswith("fp8")
+    t = torch.float8_e4m3fn if fp8 else getattr(torch, dtype)
+    a = torch.randn(m, k, device="cuda", generator=g).to(t)
+    b = torch.randn(n, k, device="cuda", generator=g).to(t).t()
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16 if fp8 else t)
+    peer_out = torch.empty_like(out)
+    if not fp8:
+        def ours():
+            return cb.gemm(a, b, config=config, out=out)
+
+        def peer():
+            return torch.matmul(a, b, out=peer_out)
+
+        ref = lambda: a.double() @ b.double()  # noqa: E731
+        judge = compare
+    else:
+        if dtype == "fp8_rowwise":
+            sa = torch.rand(m, 1, device="cuda", generator=g) + 0.5
+            sb = torch.rand(1, n, device="cuda", generator=g) + 0.5
+        else:
+            sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
+
+        def ours():
+            return cb.scaled_mm(a, b, sa, sb, config=config, out=out)
+
+        def peer():
+            return torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+        ref = lambda: reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double())  # noqa: E731
+        judge = compare_fp8
+
+    def check() -> dict:
+        out.fill_(float("nan"))  # poisoned: an element the kernel does not write fails the check
+        got = ours()
+        return judge(got, ref(), "bfloat16" if fp8 else dtype, k)
+
+    return ProbeCalls(ours, peer, check)
+
+
+def as_dispatched(dtype: str, m: int, n: int, k: int) -> str:
+    """The name of the config the dispatcher runs for a case (this GPU model's table or the
+    models, as configs.as_run runs it)."""
+    from .shape_sweep import _config_choice
+
+    return _config_choice(dtype, m, n, k)[0]
+
+
+def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] = None,
+              make_calls: Callable = probe_calls, dispatched: Callable = as_dispatched) -> list:
+    """Each case (dtype, config name or ``"pick"``, (M, N, K)) checked, then every case of the
+    same (dtype, shape) timed in one alternated set with its peer (so the configs of a shape share
+    the clock state of a round). ``time_calls`` (bench.alternated_graph_ms), ``make_calls``
+    (:func:`probe_calls`) and ``dispatched`` (:func:`as_dispatched`) stand in for the GPU in tests. A
+    config the rules refuse for its shape is a row with ``refused`` (the rule) and no times.
+    Rows: dtype, config, m, n, k, ours_ms (median over rounds) and its range, peer_ms, ratio (peer
+    / ours), correct, rel_l2."""
+    from ..configs import GemmConfig
+    from ..problem import UnsupportedGemmError
+
+    if time_calls is None:
+        from .bench import alternated_graph_ms as time_calls
+
+    groups: dict = {}
+    for dtype, name, shape in cases:
+        groups.setdefault((dtype, tuple(shape)), []).append(name)
+    rows = []
+    for (dtype, (m, n, k)), names in groups.items():
+        calls, checked = {}, {}
+        peer = None
+        for name in dict.fromkeys(names):
+            cfg = None if name == PICK else GemmConfig.from_name(name)
+            label = dispatched(dtype, m, n, k) + " (pick)" if cfg is None else name
+            probe = make_calls(dtype, cfg, m, n, k)
+            try:
+                checked[label] = probe.check()
+            except UnsupportedGemmError as e:
+                rows.append({"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "refused": str(e)})
+                log(f"{dtype:15s} {label:52s} {m}x{n}x{k}: refused: {e}")
+                continue
+            calls[label] = probe.ours
+            peer = peer or probe.peer
+        if not calls:
+            continue
+        timed = time_calls({**calls, "peer": peer}, rounds)
+        them = timed["peer"]
+        for label in calls:
+            us, check = timed[label], checked[label]
+            row = {"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "ours_ms": us["ms"],
+                   "ours_range": [min(us["runs"]), max(us["runs"])], "peer_ms": them["ms"],
+                   "peer_range": [min(them["runs"]), max(them["runs"])], "ratio": them["ms"] / us["ms"],
+                   "correct": bool(check["ok"]), "rel_l2": check.get("rel_l2")}
+            rows.append(row)
+            lo, hi = row["ours_range"]
+            log(f"{dtype:15s} {label:52s} {m}x{n}x{k}: ours {us['ms'] * 1e3:8.2f} us ({lo * 1e3:.2f}-{hi * 1e3:.2f}), "
+                f"peer {them['ms'] * 1e3:8.2f} us, {row['ratio']:.3f}x, {'correct' if row['correct'] else 'WRONG'}")
+    return rows

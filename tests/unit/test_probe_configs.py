@@ -1,0 +1,67 @@
+"""``probe-configs`` on the CPU: the cases of one (dtype, shape) checked one by one and timed in one
+alternated set with their peer, a refused config a row naming the rule, the pick labelled with
+the config the dispatcher runs, and the command's argument errors."""
+
+import pytest
+
+from cutedsl_backend.problem import UnsupportedGemmError
+from cutedsl_backend.validation.probe_configs import ProbeCalls, config_ab
+
+NAMED = "sm90a_pingpong_64x64xauto_c1x1_sauto_rn8_a16"
+
+
+def _fakes(times: dict, refuse: str = ""):
+    made, timed = [], []
+
+    def make_calls(dtype, cfg, m, n, k):
+        made.append((dtype, None if cfg is None else cfg.name, m))
+
+        def check():
+            if cfg is not None and cfg.name == refuse:
+                raise UnsupportedGemmError(f"a_rows 16: the problem's M={m} is larger")
+            return {"ok": True, "rel_l2": 1e-3}
+
+        return ProbeCalls(lambda: None, lambda: None, check)
+
+    def time_calls(fns, rounds):
+        timed.append((sorted(fns), rounds))
+        return {name: {"ms": times[name], "runs": [times[name] * 0.99, times[name], times[name] * 1.02]}
+                for name in fns}
+
+    return made, timed, make_calls, time_calls
+
+
+def test_the_configs_of_a_shape_are_timed_together_with_their_peer():
+    made, timed, make_calls, time_calls = _fakes({"sm90a_x (pick)": 0.010, NAMED: 0.008, "peer": 0.009})
+    rows = config_ab([("bfloat16", "pick", (16, 4096, 4096)), ("bfloat16", NAMED, (16, 4096, 4096))], rounds=3,
+                     log=lambda *a: None, time_calls=time_calls, make_calls=make_calls,
+                     dispatched=lambda *a: "sm90a_x")
+    assert made == [("bfloat16", None, 16), ("bfloat16", NAMED, 16)]
+    assert timed == [(sorted(["sm90a_x (pick)", NAMED, "peer"]), 3)]
+    by = {r["config"]: r for r in rows}
+    assert by[NAMED]["ratio"] == pytest.approx(0.009 / 0.008) and by["sm90a_x (pick)"]["ratio"] == pytest.approx(0.9)
+    assert by[NAMED]["ours_range"] == [pytest.approx(0.008 * 0.99), pytest.approx(0.008 * 1.02)]
+    assert all(r["correct"] and r["peer_ms"] == 0.009 for r in rows)
+
+
+def test_a_refused_config_is_a_row_naming_the_rule_and_is_not_timed():
+    made, timed, make_calls, time_calls = _fakes({"peer": 0.009}, refuse=NAMED)
+    rows = config_ab([("fp8_rowwise", NAMED, (64, 4096, 4096))], log=lambda *a: None, time_calls=time_calls,
+                     make_calls=make_calls, dispatched=lambda *a: "unused")
+    assert timed == [] and len(rows) == 1 and "a_rows" in rows[0]["refused"] and "ours_ms" not in rows[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", "16x4096"], "--shapes"),
+    (["--shapes", "16x4096x4096", "--dtypes", "int8"], "--dtypes"),
+    (["--shapes", "16x4096x4096", "--configs", "not_a_config"], "--configs"),
+    (["--shapes", "16x4096x4096", "--rounds", "0"], "--rounds"),
+])
+def test_bad_arguments_are_refused_by_name(argv, message, capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from cutedsl_backend.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the GPU gate: the arguments decide
+    with pytest.raises(SystemExit) as e:
+        main(["probe-configs", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
