@@ -183,6 +183,9 @@ def _tune_arguments(p):
 def _tune(args, p) -> int:
     from ..validation.tune import tune
 
+    if args.prior_ms and not args.prior:
+        p.error("--prior-ms selects token counts of a --prior table: give one")
+
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
          decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms),
          stream_k=args.stream_k, priors=tuple(args.prior), prior_ms=ints(args.prior_ms))

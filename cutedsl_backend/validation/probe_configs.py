@@ -22,8 +22,9 @@ PICK = "pick"
 
 
 class ProbeCalls(NamedTuple):
-    """One case's calls: ``ours`` and ``peer`` (each writes a fresh result), and ``check`` (our
-    result against float64: tolerances.compare's dict, ``ok`` among its keys)."""
+    """One case's calls: ``ours`` and ``peer`` (each writes its own output buffer, the same one every
+    call), and ``check`` (ours on a NaN-poisoned output against float64: tolerances.compare's dict,
+    ``ok`` among its keys)."""
 
     ours: Callable
     peer: Callable
@@ -48,8 +49,9 @@ def probe_calls(dtype: str, config, m: int, n: int, k: int, seed: int = 2026) ->
     a = torch.randn(m, k, device="cuda", generator=g).to(t)
     b = torch.randn(n, k, device="cuda", generator=g).to(t).t()
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16 if fp8 else t)
-    peer_out = torch.empty_like(out)
     if not fp8:
+        peer_out = torch.empty_like(out)
+
         def ours():
             return cb.gemm(a, b, config=config, out=out)
 
@@ -97,10 +99,13 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
     the clock state of a round). ``time_calls`` (bench.alternated_graph_ms), ``make_calls``
     (:func:`probe_calls`) and ``dispatched`` (:func:`as_dispatched`) stand in for the GPU in tests. A
     config the rules refuse for its shape is a row with ``refused`` (the rule) and no times.
-    Rows: dtype, config, m, n, k, ours_ms (median over rounds) and its range, peer_ms, ratio (peer
-    / ours), correct, rel_l2."""
+    Rows: dtype, config, m, n, k, ours_ms (median over rounds) and its range, peer_ms and its
+    range, ratio (the median over rounds of peer / ours, as the sweeps take it), correct, rel_l2.
+    A shape whose timing fails (e.g. the peer refusing it) is one row with ``error``; the probe
+    goes on with the next."""
     from ..configs import GemmConfig
     from ..problem import UnsupportedGemmError
+    from .bench import round_ratio
 
     if time_calls is None:
         from .bench import alternated_graph_ms as time_calls
@@ -114,9 +119,11 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
         peer = None
         for name in dict.fromkeys(names):
             cfg = None if name == PICK else GemmConfig.from_name(name)
-            label = dispatched(dtype, m, n, k) + " (pick)" if cfg is None else name
-            probe = make_calls(dtype, cfg, m, n, k)
+            label = name
             try:
+                if cfg is None:  # the shape may be one the API serves through a staged output
+                    label = dispatched(dtype, m, n, k) + " (pick)"
+                probe = make_calls(dtype, cfg, m, n, k)
                 checked[label] = probe.check()
             except UnsupportedGemmError as e:
                 rows.append({"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "refused": str(e)})
@@ -126,13 +133,18 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
             peer = peer or probe.peer
         if not calls:
             continue
-        timed = time_calls({**calls, "peer": peer}, rounds)
+        try:
+            timed = time_calls({**calls, "peer": peer}, rounds)
+        except (RuntimeError, UnsupportedGemmError) as e:
+            rows.append({"dtype": dtype, "config": ",".join(calls), "m": m, "n": n, "k": k, "error": str(e)})
+            log(f"{dtype:15s} {m}x{n}x{k}: not timed: {e}")
+            continue
         them = timed["peer"]
         for label in calls:
             us, check = timed[label], checked[label]
             row = {"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "ours_ms": us["ms"],
                    "ours_range": [min(us["runs"]), max(us["runs"])], "peer_ms": them["ms"],
-                   "peer_range": [min(them["runs"]), max(them["runs"])], "ratio": them["ms"] / us["ms"],
+                   "peer_range": [min(them["runs"]), max(them["runs"])], "ratio": round_ratio(timed, "peer", label),
                    "correct": bool(check["ok"]), "rel_l2": check.get("rel_l2")}
             rows.append(row)
             lo, hi = row["ours_range"]

@@ -47,9 +47,10 @@ def test_config_ab_checks_and_times_each_config_and_the_pick():
     from cutedsl_backend.validation.probe_configs import config_ab
 
     named = "sm90a_pingpong_64x64xauto_c1x1_sauto_rn8_a16"
-    cases = [(d, c, (16, 1032, 1024)) for d in ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
+    # N = 1056: a partial last tile for 64-, 96- and 128-wide tiles, a multiple of 16 for the FP8 peer
+    cases = [(d, c, (16, 1056, 1024)) for d in ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
              for c in ("pick", named)]
-    cases.append(("bfloat16", named, (64, 1032, 1024)))  # 64 tokens past its 16 rows of A: refused
+    cases.append(("bfloat16", named, (64, 1056, 1024)))  # 64 tokens past its 16 rows of A: refused
     rows = config_ab(cases, rounds=2, log=lambda *a: None)
     timed = [r for r in rows if "refused" not in r]
     assert len(timed) == 8 and all(r["correct"] for r in timed), timed

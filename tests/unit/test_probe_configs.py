@@ -51,7 +51,23 @@ def test_a_refused_config_is_a_row_naming_the_rule_and_is_not_timed():
     assert timed == [] and len(rows) == 1 and "a_rows" in rows[0]["refused"] and "ours_ms" not in rows[0]
 
 
+def test_a_pick_the_models_cannot_name_and_a_timing_failure_are_rows_not_crashes():
+    made, timed, make_calls, time_calls = _fakes({"peer": 0.009, NAMED: 0.008})
+
+    def no_pick(*a):
+        raise UnsupportedGemmError("contiguous extent of out (1001)")
+
+    def peer_refuses(fns, rounds):
+        raise RuntimeError("mat2 shape must be divisible by 16")
+
+    rows = config_ab([("bfloat16", "pick", (16, 1001, 4096)), ("bfloat16", NAMED, (16, 1001, 4096))],
+                     log=lambda *a: None, time_calls=peer_refuses, make_calls=make_calls, dispatched=no_pick)
+    assert rows[0]["config"] == "pick" and "1001" in rows[0]["refused"]
+    assert rows[1]["config"] == NAMED and "divisible" in rows[1]["error"] and len(rows) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--shapes", "16x1032x4096", "--dtypes", "fp8_rowwise"], "multiples of 16"),
     (["--shapes", "16x4096"], "--shapes"),
     (["--shapes", "16x4096x4096", "--dtypes", "int8"], "--dtypes"),
     (["--shapes", "16x4096x4096", "--configs", "not_a_config"], "--configs"),
