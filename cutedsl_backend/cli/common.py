@@ -42,6 +42,25 @@ def dims(text: str) -> tuple:
     return tuple(int(x) for x in text.split("x"))
 
 
+def mnk_list(p: argparse.ArgumentParser, text: str) -> list:
+    """``MxNxK,...`` as (M, N, K) tuples of positive integers; anything else a usage error on ``p``."""
+    try:
+        wanted = [dims(s) for s in text.split(",")]
+    except ValueError:
+        wanted = []
+    if not wanted or any(len(s) != 3 or min(s) < 1 for s in wanted):
+        p.error("--shapes: MxNxK,... (positive integers)")
+    return wanted
+
+
+def chosen(p: argparse.ArgumentParser, option: str, text, allowed) -> list:
+    """The comma-separated names of ``option``, each one of ``allowed``; else a usage error on ``p``."""
+    got = names(text) or []
+    if not got or any(x not in allowed for x in got):
+        p.error(f"{option}: one or more of {', '.join(allowed)}")
+    return got
+
+
 def ints(text: str) -> tuple:
     """Comma-separated integers; empty items (and an empty string) are left out."""
     return tuple(int(m) for m in text.split(",") if m)

@@ -3,7 +3,7 @@ SASS identity) and the fuzzer."""
 
 from __future__ import annotations
 
-from .common import Command, dims, ints, names, no_arguments, write_json
+from .common import Command, chosen, ints, mnk_list, names, no_arguments, write_json
 
 
 def _probe_power_arguments(p):
@@ -62,15 +62,8 @@ def _probe_peer_arguments(p):
 def _probe_peer(args, p) -> int:
     from ..validation.probes import REDUCED_PRECISION_FLAGS, peer_precision
 
-    try:
-        wanted = [dims(s) for s in args.shapes.split(",")]
-    except ValueError:
-        p.error("--shapes: MxNxK,... (positive integers)")
-    if any(len(s) != 3 or min(s) < 1 for s in wanted):
-        p.error("--shapes: MxNxK,... (positive integers)")
-    dtypes = names(args.dtypes) or []
-    if not dtypes or any(d not in REDUCED_PRECISION_FLAGS for d in dtypes):
-        p.error(f"--dtypes: one or more of {', '.join(REDUCED_PRECISION_FLAGS)}")
+    wanted = mnk_list(p, args.shapes)
+    dtypes = chosen(p, "--dtypes", args.dtypes, REDUCED_PRECISION_FLAGS)
     write_json(args.json, peer_precision(wanted, dtypes))
     return 0
 
@@ -103,15 +96,8 @@ def _probe_configs(args, p) -> int:
     from ..problem import UnsupportedGemmError
     from ..validation.probe_configs import PICK, PROBE_DTYPES, config_ab
 
-    try:
-        wanted = [dims(s) for s in args.shapes.split(",")]
-    except ValueError:
-        p.error("--shapes: MxNxK,... (positive integers)")
-    if any(len(s) != 3 or min(s) < 1 for s in wanted):
-        p.error("--shapes: MxNxK,... (positive integers)")
-    dtypes, configs = names(args.dtypes) or [], names(args.configs) or []
-    if not dtypes or any(d not in PROBE_DTYPES for d in dtypes):
-        p.error(f"--dtypes: one or more of {', '.join(PROBE_DTYPES)}")
+    wanted = mnk_list(p, args.shapes)
+    dtypes, configs = chosen(p, "--dtypes", args.dtypes, PROBE_DTYPES), names(args.configs) or []
     if any(d.startswith("fp8") for d in dtypes) and any(n % 16 or k % 16 for _, n, k in wanted):
         p.error("--shapes: FP8 needs N and K multiples of 16 (torch._scaled_mm, the peer, refuses others)")
     for name in configs:

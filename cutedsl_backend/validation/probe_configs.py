@@ -21,25 +21,37 @@ PROBE_DTYPES = ("bfloat16", "float16", "fp8_tensorwise", "fp8_rowwise")
 PICK = "pick"
 
 
+class ProbeOperands(NamedTuple):
+    """One (dtype, shape)'s operands, drawn once and shared by every config probed on it: the
+    dtype, K, A, B (the weight transposed), the output our calls write, the scales (FP8; else
+    None), the peer's call and the float64 reference."""
+
+    dtype: str
+    k: int
+    a: object
+    b: object
+    out: object
+    scales: Optional[tuple]
+    peer: Callable
+    ref: Callable
+
+
 class ProbeCalls(NamedTuple):
-    """One case's calls: ``ours`` and ``peer`` (each writes its own output buffer, the same one every
-    call), and ``check`` (ours on a NaN-poisoned output against float64: tolerances.compare's dict,
-    ``ok`` among its keys)."""
+    """One config's calls: ``ours`` and ``peer`` (each writes its own output buffer, the same one
+    every call), and ``check`` (ours on a NaN-poisoned output against float64: tolerances.compare's
+    dict, ``ok`` among its keys)."""
 
     ours: Callable
     peer: Callable
     check: Callable
 
 
-def probe_calls(dtype: str, config, m: int, n: int, k: int, seed: int = 2026) -> ProbeCalls:
-    """The calls of one case on fresh random operands (a generator seeded from ``seed`` and the
-    shape: replayable). ``config``: a GemmConfig, or None for the dispatcher's pick."""
+def probe_operands(dtype: str, m: int, n: int, k: int, seed: int = 2026) -> ProbeOperands:
+    """Fresh random operands of one case (a generator seeded from ``seed`` and the shape:
+    replayable)."""
     import torch
 
-    import cutedsl_backend as cb
-
     from ..epilogue import reference
-    from .tolerances import compare, compare_fp8
 
     if dtype not in PROBE_DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {', '.join(PROBE_DTYPES)}")
@@ -51,37 +63,39 @@ def probe_calls(dtype: str, config, m: int, n: int, k: int, seed: int = 2026) ->
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16 if fp8 else t)
     if not fp8:
         peer_out = torch.empty_like(out)
-
-        def ours():
-            return cb.gemm(a, b, config=config, out=out)
-
-        def peer():
-            return torch.matmul(a, b, out=peer_out)
-
-        ref = lambda: a.double() @ b.double()  # noqa: E731
-        judge = compare
+        return ProbeOperands(dtype, k, a, b, out, None, lambda: torch.matmul(a, b, out=peer_out),
+                             lambda: a.double() @ b.double())
+    if dtype == "fp8_rowwise":
+        sa = torch.rand(m, 1, device="cuda", generator=g) + 0.5
+        sb = torch.rand(1, n, device="cuda", generator=g) + 0.5
     else:
-        if dtype == "fp8_rowwise":
-            sa = torch.rand(m, 1, device="cuda", generator=g) + 0.5
-            sb = torch.rand(1, n, device="cuda", generator=g) + 0.5
-        else:
-            sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(1.5, device="cuda")
+    return ProbeOperands(dtype, k, a, b, out, (sa, sb),
+                         lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+                         lambda: reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double()))
 
+
+def probe_calls(ops: ProbeOperands, config) -> ProbeCalls:
+    """The calls of one config on ``ops``. ``config``: a GemmConfig, or None for the dispatcher's pick."""
+    import cutedsl_backend as cb
+
+    from .tolerances import compare, compare_fp8
+
+    if ops.scales is None:
         def ours():
-            return cb.scaled_mm(a, b, sa, sb, config=config, out=out)
-
-        def peer():
-            return torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-
-        ref = lambda: reference(a.double() @ b.double(), scale_a=sa.double(), scale_b=sb.double())  # noqa: E731
-        judge = compare_fp8
+            return cb.gemm(ops.a, ops.b, config=config, out=ops.out)
+    else:
+        def ours():
+            return cb.scaled_mm(ops.a, ops.b, *ops.scales, config=config, out=ops.out)
 
     def check() -> dict:
-        out.fill_(float("nan"))  # poisoned: an element the kernel does not write fails the check
+        ops.out.fill_(float("nan"))  # poisoned: an element the kernel does not write fails the check
         got = ours()
-        return judge(got, ref(), "bfloat16" if fp8 else dtype, k)
+        if ops.scales is None:
+            return compare(got, ops.ref(), ops.dtype, ops.k)
+        return compare_fp8(got, ops.ref(), "bfloat16", ops.k)
 
-    return ProbeCalls(ours, peer, check)
+    return ProbeCalls(ours, ops.peer, check)
 
 
 def as_dispatched(dtype: str, m: int, n: int, k: int) -> str:
@@ -93,11 +107,13 @@ def as_dispatched(dtype: str, m: int, n: int, k: int) -> str:
 
 
 def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] = None,
-              make_calls: Callable = probe_calls, dispatched: Callable = as_dispatched) -> list:
+              make_operands: Callable = probe_operands, make_calls: Callable = probe_calls,
+              dispatched: Callable = as_dispatched) -> list:
     """Each case (dtype, config name or ``"pick"``, (M, N, K)) checked, then every case of the
     same (dtype, shape) timed in one alternated set with its peer (so the configs of a shape share
-    the clock state of a round). ``time_calls`` (bench.alternated_graph_ms), ``make_calls``
-    (:func:`probe_calls`) and ``dispatched`` (:func:`as_dispatched`) stand in for the GPU in tests. A
+    the clock state of a round, and one draw of operands). ``time_calls``
+    (bench.alternated_graph_ms), ``make_operands`` / ``make_calls`` (:func:`probe_operands`,
+    :func:`probe_calls`) and ``dispatched`` (:func:`as_dispatched`) stand in for the GPU in tests. A
     config the rules refuse for its shape is a row with ``refused`` (the rule) and no times.
     Rows: dtype, config, m, n, k, ours_ms (median over rounds) and its range, peer_ms and its
     range, ratio (the median over rounds of peer / ours, as the sweeps take it), correct, rel_l2.
@@ -116,25 +132,24 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
     rows = []
     for (dtype, (m, n, k)), names in groups.items():
         calls, checked = {}, {}
-        peer = None
+        ops = make_operands(dtype, m, n, k)
         for name in dict.fromkeys(names):
             cfg = None if name == PICK else GemmConfig.from_name(name)
             label = name
             try:
                 if cfg is None:  # the shape may be one the API serves through a staged output
                     label = dispatched(dtype, m, n, k) + " (pick)"
-                probe = make_calls(dtype, cfg, m, n, k)
+                probe = make_calls(ops, cfg)
                 checked[label] = probe.check()
             except UnsupportedGemmError as e:
                 rows.append({"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "refused": str(e)})
                 log(f"{dtype:15s} {label:52s} {m}x{n}x{k}: refused: {e}")
                 continue
             calls[label] = probe.ours
-            peer = peer or probe.peer
         if not calls:
             continue
         try:
-            timed = time_calls({**calls, "peer": peer}, rounds)
+            timed = time_calls({**calls, "peer": ops.peer}, rounds)
         except (RuntimeError, UnsupportedGemmError) as e:
             rows.append({"dtype": dtype, "config": ",".join(calls), "m": m, "n": n, "k": k, "error": str(e)})
             log(f"{dtype:15s} {m}x{n}x{k}: not timed: {e}")

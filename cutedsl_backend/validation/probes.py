@@ -419,14 +419,14 @@ def cluster_padding(rounds: int = 5, cases=PADDING_CASES, log=print) -> list:
     ones, the smaller shape would run as fast as the larger, never slower. Rows: the case, shape,
     median ms and range, ratio vs the peer, the numerics check."""
     from .bench import alternated_graph_ms
-    from .probe_configs import probe_calls
+    from .probe_configs import probe_calls, probe_operands
 
     rows = []
     for dtype, name, *shapes in cases:
         cfg = GemmConfig.from_name(name)
         calls, checks = {}, {}
         for m, n, k in shapes:
-            probe = probe_calls(dtype, cfg, m, n, k)
+            probe = probe_calls(probe_operands(dtype, m, n, k), cfg)
             checks[(m, n, k)] = probe.check()
             calls[("ours", m, n, k)], calls[("peer", m, n, k)] = probe.ours, probe.peer
         timed = alternated_graph_ms(calls, rounds)

@@ -130,9 +130,10 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
             raise ValueError(f"{prior}: a {table.operands} table; tune re-measures one 16bit and one fp8_precise")
         prior_tables[prior_dtype] = _Prior(table, Path(prior).name, digest)
         measured = sorted({e.m for e in table.entries})
-        if prior_ms and set(prior_ms) - set(measured):
-            log(f"tune: {prior}: not measured at {sorted(set(prior_ms) - set(measured))} tokens (skipped)")
-        runs += [(prior_dtype, "prior", m) for m in ([m for m in prior_ms if m in measured] if prior_ms else measured)]
+        wanted = [m for m in prior_ms if m in measured] if prior_ms else measured
+        if prior_ms and len(wanted) < len(prior_ms):
+            log(f"tune: {prior}: not measured at {[m for m in prior_ms if m not in measured]} tokens (skipped)")
+        runs += [(prior_dtype, "prior", m) for m in wanted]
     write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables)
     tables: dict = {}  # the sweep dtype -> (path, table) as last written
     for dtype, space, m in runs:

@@ -2,6 +2,8 @@
 alternated set with their peer, a refused config a row naming the rule, the pick labelled with
 the config the dispatcher runs, and the command's argument errors."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from cutedsl_backend.problem import UnsupportedGemmError
@@ -13,15 +15,18 @@ NAMED = "sm90a_pingpong_64x64xauto_c1x1_sauto_rn8_a16"
 def _fakes(times: dict, refuse: str = ""):
     made, timed = [], []
 
-    def make_calls(dtype, cfg, m, n, k):
-        made.append((dtype, None if cfg is None else cfg.name, m))
+    def make_calls(ops, cfg):
+        made.append((ops.dtype, None if cfg is None else cfg.name, ops.m))
 
         def check():
             if cfg is not None and cfg.name == refuse:
-                raise UnsupportedGemmError(f"a_rows 16: the problem's M={m} is larger")
+                raise UnsupportedGemmError(f"a_rows 16: the problem's M={ops.m} is larger")
             return {"ok": True, "rel_l2": 1e-3}
 
         return ProbeCalls(lambda: None, lambda: None, check)
+
+    # the operands the fake calls are made from: their dtype, M and the peer's call
+    make_calls.operands = lambda dtype, m, n, k: SimpleNamespace(dtype=dtype, m=m, peer=lambda: None)
 
     def time_calls(fns, rounds):
         timed.append((sorted(fns), rounds))
@@ -34,7 +39,8 @@ def _fakes(times: dict, refuse: str = ""):
 def test_the_configs_of_a_shape_are_timed_together_with_their_peer():
     made, timed, make_calls, time_calls = _fakes({"sm90a_x (pick)": 0.010, NAMED: 0.008, "peer": 0.009})
     rows = config_ab([("bfloat16", "pick", (16, 4096, 4096)), ("bfloat16", NAMED, (16, 4096, 4096))], rounds=3,
-                     log=lambda *a: None, time_calls=time_calls, make_calls=make_calls,
+                     log=lambda *a: None, time_calls=time_calls,
+                     make_calls=make_calls, make_operands=make_calls.operands,
                      dispatched=lambda *a: "sm90a_x")
     assert made == [("bfloat16", None, 16), ("bfloat16", NAMED, 16)]
     assert timed == [(sorted(["sm90a_x (pick)", NAMED, "peer"]), 3)]
@@ -47,7 +53,7 @@ def test_the_configs_of_a_shape_are_timed_together_with_their_peer():
 def test_a_refused_config_is_a_row_naming_the_rule_and_is_not_timed():
     made, timed, make_calls, time_calls = _fakes({"peer": 0.009}, refuse=NAMED)
     rows = config_ab([("fp8_rowwise", NAMED, (64, 4096, 4096))], log=lambda *a: None, time_calls=time_calls,
-                     make_calls=make_calls, dispatched=lambda *a: "unused")
+                     make_calls=make_calls, make_operands=make_calls.operands, dispatched=lambda *a: "unused")
     assert timed == [] and len(rows) == 1 and "a_rows" in rows[0]["refused"] and "ours_ms" not in rows[0]
 
 
@@ -61,7 +67,8 @@ def test_a_pick_the_models_cannot_name_and_a_timing_failure_are_rows_not_crashes
         raise RuntimeError("mat2 shape must be divisible by 16")
 
     rows = config_ab([("bfloat16", "pick", (16, 1001, 4096)), ("bfloat16", NAMED, (16, 1001, 4096))],
-                     log=lambda *a: None, time_calls=peer_refuses, make_calls=make_calls, dispatched=no_pick)
+                     log=lambda *a: None, time_calls=peer_refuses,
+                     make_calls=make_calls, make_operands=make_calls.operands, dispatched=no_pick)
     assert rows[0]["config"] == "pick" and "1001" in rows[0]["refused"]
     assert rows[1]["config"] == NAMED and "divisible" in rows[1]["error"] and len(rows) == 2
 
