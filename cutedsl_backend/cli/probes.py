@@ -89,6 +89,8 @@ def _probe_configs_arguments(p):
                    help="comma-separated config names (GemmConfig.name), and 'pick' for what the dispatcher runs")
     p.add_argument("--rounds", type=int, default=5, help="alternated timing rounds (medians reported)")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--peer-kernels", action="store_true",
+                   help="also name the kernels the peer runs per shape (the profiler, after the timings)")
 
 
 def _probe_configs(args, p) -> int:
@@ -108,7 +110,10 @@ def _probe_configs(args, p) -> int:
                 p.error(f"--configs: {e}")
     if not configs or args.rounds < 1:
         p.error("--configs needs a name or 'pick', --rounds at least 1")
-    rows = config_ab([(d, c, s) for d in dtypes for s in wanted for c in configs], rounds=args.rounds)
+    from ..validation.bench import kernels_per_call
+
+    rows = config_ab([(d, c, s) for d in dtypes for s in wanted for c in configs], rounds=args.rounds,
+                     peer_kernels=kernels_per_call if args.peer_kernels else None)
     write_json(args.json, rows)
     timed = [r for r in rows if "correct" in r]
     return 0 if timed and all(r["correct"] for r in timed) and not any("error" in r for r in rows) else 1

@@ -62,10 +62,12 @@ def _sweep_fp8(args, p) -> int:
 
 def _sweep_decode_arguments(p):
     p.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
-    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap", "prior"],
-                   help="the candidates: few-token (split-K, short A loads), a few hundred tokens, swap-AB, or "
-                   "those a --prior table names near each cell")
-    p.add_argument("--prior", help="a config table measured on another GPU (JSON), for --space prior")
+    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap", "prior", "clusters"],
+                   help="the candidates: few-token (split-K, short A loads), a few hundred tokens, swap-AB, "
+                   "those a --prior table names near each cell, or four-row clusters of swap-AB tiles against the "
+                   "--prior table's choice (this GPU's own)")
+    p.add_argument("--prior", help="a config table (JSON): measured on another GPU for --space prior, on this one "
+                   "for --space clusters")
     p.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
                    help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
@@ -83,8 +85,8 @@ def _sweep_decode(args, p) -> int:
         write_json(args.json, rows, atomic=True)
 
     prior = None
-    if (args.space == "prior") != bool(args.prior):
-        p.error("--space prior and --prior TABLE go together")
+    if (args.space in ("prior", "clusters")) != bool(args.prior):
+        p.error("--space prior or clusters and --prior TABLE go together")
     if args.prior:
         from ..configs.measured import SWEEP_OPERANDS
         from ..validation.tune import load_prior
@@ -97,7 +99,7 @@ def _sweep_decode(args, p) -> int:
             p.error(f"--prior {args.prior}: a {prior.operands} table; --dtype {args.dtype} sweeps "
                     f"{SWEEP_OPERANDS[args.dtype]} operands")
         if args.stream_k:
-            p.error("--space prior times the prior's configs as named: no --stream-k")
+            p.error(f"--space {args.space} times the prior's configs as named: no --stream-k")
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
                       dtype=args.dtype, checkpoint=save, stream_k=args.stream_k, prior=prior))
     return 0
@@ -111,15 +113,30 @@ def _config_table_arguments(p):
     p.add_argument("--min-gain", type=float, default=0.03,
                    help="name the fastest config where it beat the models' pick by more than this, else the pick")
     p.add_argument("-o", "--out", required=True, help="the table's JSON file")
+    p.add_argument("--update", metavar="TABLE",
+                   help="this GPU's table to update: only the cells the sweeps measured change, each to the "
+                   "fastest config where it beat the table's by more than --min-gain in the same sweep")
 
 
 def _config_table(args, p) -> int:
-    from ..configs.measured import table_from_sweeps
+    from ..configs.measured import MeasuredTable, table_from_sweeps, updated_table
     from ..validation.bench import geomean
     from ..validation.tuning_sweeps import load_sweep_rows
 
     rows = load_sweep_rows(args.sweeps)
-    table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
+    if args.update:
+        with open(args.update) as f:
+            old = MeasuredTable.from_json(json.load(f))
+        if old.gpu != args.gpu:
+            p.error(f"--update {args.update}: a table for {old.gpu}, not {args.gpu}")
+        table = updated_table(old, rows, args.source, min_gain=args.min_gain)
+        changed = sorted(set(table.entries) - set(old.entries), key=lambda e: (e.m, e.n, e.k))
+        for e in changed:
+            print(f"{e.m}x{e.n}x{e.k}: {e.config.name if e.config else None} {e.ms * 1e3:.2f} us "
+                  f"(peer {e.peer_ms * 1e3:.2f} us)")
+        print(f"{len(changed)} of {len(table.entries)} entries changed")
+    else:
+        table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
     with open(args.out, "w") as f:
         json.dump(table.to_json(), f, indent=1)
         f.write("\n")

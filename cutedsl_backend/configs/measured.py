@@ -158,6 +158,60 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
     measured config because the models may pick otherwise at the token counts below m that the
     entry serves). Rows of several sweeps for the same (n, k, m) are merged (every config's
     fastest time)."""
+    operands, merged = _merged_rows(rows)
+    entries = []
+    for (n, k, m), slot in sorted(merged.items()):
+        times = slot["times"]
+        best = min(times, key=lambda name: (times[name], name))
+        model_ms = times.get(slot["pick"], math.inf)
+        kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
+        entries.append(_entry(n, k, m, kept, slot))
+    return MeasuredTable(gpu, arch, operands, source, tuple(entries))
+
+
+def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
+                  min_gain: float = MIN_GAIN) -> MeasuredTable:
+    """``table`` with the (n, k, m) cells a sweep of the same GPU and operand class measured
+    again (``sweep-decode --space clusters``, which times the table's entry beside new
+    candidates): a cell whose fastest config beat the entry's by more than ``min_gain`` in the
+    same sweep names it; one where the entry was within that margin, or did not run, keeps it; a
+    cell the table lacked gets the fastest config or the models' pick as :func:`table_from_sweeps`
+    chooses. ``source`` (the sweep's commands) is added to the table's."""
+    operands, merged = _merged_rows(rows)
+    if operands != table.operands:
+        raise ValueError(f"the sweeps measure {operands} operands; the table is a {table.operands} table")
+    by_cell = {(e.n, e.k, e.m): e for e in table.entries}
+    for (n, k, m), slot in sorted(merged.items()):
+        times = slot["times"]
+        if not times:
+            continue
+        best = min(times, key=lambda name: (times[name], name))
+        old = by_cell.get((n, k, m))
+        if old is not None and old.config is not None:
+            old_ms = times.get(old.config.tiling().name)
+            if old_ms is not None and times[best] * (1 + min_gain) < old_ms:
+                by_cell[(n, k, m)] = _entry(n, k, m, best, slot)
+            continue
+        model_ms = times.get(slot["pick"], math.inf)
+        by_cell[(n, k, m)] = _entry(n, k, m, slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best, slot)
+    return MeasuredTable(table.gpu, table.arch, table.operands, f"{table.source}; then updated: {source}",
+                         tuple(by_cell[key] for key in sorted(by_cell)))
+
+
+def _entry(n: int, k: int, m: int, kept: str, slot: dict) -> MeasuredEntry:
+    """The entry naming config ``kept`` for a merged sweep cell (``slot``: times, peer times, the
+    models' pick)."""
+    times = slot["times"]
+    model_ms = times.get(slot["pick"], math.inf)
+    peer = statistics.median(slot["peer"])  # two sweeps at one M (mid-size and swap-AB): their mean
+    # a table names configs unmoved: the edge policy moves the last tiles of whichever it serves
+    return MeasuredEntry(n, k, m, GemmConfig.from_name(kept).tiling(), min(times.values()), peer,
+                         model_ms if math.isfinite(model_ms) else -1.0)
+
+
+def _merged_rows(rows: Iterable[dict]) -> tuple:
+    """(the operand class, {(n, k, m): {times: fastest ms per config, peer: [ms], pick}}) of
+    ``sweep-decode`` rows of one operand class (several sweeps of one cell merged)."""
     rows = list(rows)
     classes = {SWEEP_OPERANDS.get(row["dtype"]) for row in rows}
     operands = next(iter(classes)) if len(classes) == 1 else None
@@ -172,17 +226,7 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
             slot["times"][name] = min(ms, slot["times"].get(name, math.inf))
         slot["peer"].append(row["peer_ms"])
         slot["pick"] = row["pick"]  # the last sweep's models (rows come in the order they ran)
-    entries = []
-    for (n, k, m), slot in sorted(merged.items()):
-        times = slot["times"]
-        best = min(times, key=lambda name: (times[name], name))
-        model_ms = times.get(slot["pick"], math.inf)
-        kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
-        peer = statistics.median(slot["peer"])  # two sweeps at one M (mid-size and swap-AB): their mean
-        # a table names configs unmoved: the edge policy moves the last tiles of whichever it serves
-        entries.append(MeasuredEntry(n, k, m, GemmConfig.from_name(kept).tiling(), times[best], peer,
-                                     model_ms if math.isfinite(model_ms) else -1.0))
-    return MeasuredTable(gpu, arch, operands, source, tuple(entries))
+    return operands, merged
 
 
 class MeasuredTables:

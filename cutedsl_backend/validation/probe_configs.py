@@ -108,7 +108,7 @@ def as_dispatched(dtype: str, m: int, n: int, k: int) -> str:
 
 def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] = None,
               make_operands: Callable = probe_operands, make_calls: Callable = probe_calls,
-              dispatched: Callable = as_dispatched) -> list:
+              dispatched: Callable = as_dispatched, peer_kernels: Optional[Callable] = None) -> list:
     """Each case (dtype, config name or ``"pick"``, (M, N, K)) checked, then every case of the
     same (dtype, shape) timed in one alternated set with its peer (so the configs of a shape share
     the clock state of a round, and one draw of operands). ``time_calls``
@@ -118,7 +118,10 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
     Rows: dtype, config, m, n, k, ours_ms (median over rounds) and its range, peer_ms and its
     range, ratio (the median over rounds of peer / ours, as the sweeps take it), correct, rel_l2.
     A shape whose timing fails (e.g. the peer refusing it) is one row with ``error``; the probe
-    goes on with the next."""
+    goes on with the next. ``peer_kernels`` (bench.kernels_per_call), where given, names the kernels
+    the peer's call runs (its tile and cluster are in cuBLAS's kernel names): each timed row gains
+    ``peer_kernels``, profiled after every shape was timed (CUPTI may stay attached and slow what
+    runs after it)."""
     from ..configs import GemmConfig
     from ..problem import UnsupportedGemmError
     from .bench import round_ratio
@@ -129,7 +132,7 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
     groups: dict = {}
     for dtype, name, shape in cases:
         groups.setdefault((dtype, tuple(shape)), []).append(name)
-    rows = []
+    rows, peers = [], []
     for (dtype, (m, n, k)), names in groups.items():
         calls, checked = {}, {}
         ops = make_operands(dtype, m, n, k)
@@ -155,6 +158,7 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
             log(f"{dtype:15s} {m}x{n}x{k}: not timed: {e}")
             continue
         them = timed["peer"]
+        peers.append((ops.peer, len(rows), len(rows) + len(calls)))
         for label in calls:
             us, check = timed[label], checked[label]
             row = {"dtype": dtype, "config": label, "m": m, "n": n, "k": k, "ours_ms": us["ms"],
@@ -165,4 +169,12 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
             lo, hi = row["ours_range"]
             log(f"{dtype:15s} {label:52s} {m}x{n}x{k}: ours {us['ms'] * 1e3:8.2f} us ({lo * 1e3:.2f}-{hi * 1e3:.2f}), "
                 f"peer {them['ms'] * 1e3:8.2f} us, {row['ratio']:.3f}x, {'correct' if row['correct'] else 'WRONG'}")
+    for call, first, end in peers if peer_kernels else ():
+        kernels = peer_kernels(call)
+        for row in rows[first:end]:
+            row["peer_kernels"] = kernels
+        r = rows[first]
+        log(f"{r['dtype']:15s} {r['m']}x{r['n']}x{r['k']} peer: " + "; ".join(
+            f"{k['name']} {k['us']:.2f} us" + (f" (x{k['launches']:g})" if k["launches"] != 1 else "")
+            for k in kernels))
     return rows

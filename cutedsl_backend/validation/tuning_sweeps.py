@@ -216,6 +216,28 @@ def prior_candidates(prior, n: int, k: int, m: int) -> list:
                               for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))))
 
 
+# the token widths of the 64-row swap-AB tiles clustered four along the weights
+CLUSTER_WIDTHS = (32, 64, 96, 128, 160)
+
+
+def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -> list:
+    """The configs of a sweep that tries four-row clusters (configs.rules.CLUSTER_SHAPES 4x1 and
+    4x2) against a table's choice: the entry of ``prior`` (this GPU's table) serving (n, k) at ``m``
+    tokens, if any, then 64-row ping-pong swap-AB tiles of each :data:`CLUSTER_WIDTHS` width that
+    cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
+    weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
+    no K slices. The shape cuBLAS ran at 80-160 tokens on the H100 (nvjet 64xW tiles, 4x1 / 4x2
+    clusters, no split-K: ``probe-configs --peer-kernels``)."""
+    from ..configs import GemmConfig
+
+    problem, spec = sweep_problem(dtype, m, n, k)
+    entry = prior.entry(problem, spec) if prior is not None else None
+    out = [entry.config.tiling()] if entry is not None else []
+    out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
+            for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), (4, 1), (4, 2))]
+    return list(dict.fromkeys(out))
+
+
 def sweep_problem(dtype: str, m: int, n: int, k: int):
     """(problem, epilogue spec) a ``sweep-decode`` row of ``dtype`` (:data:`SWEEP_OPERANDS`) times:
     nn.Linear's layout on sm90a, bf16 out; e4m3 with scalar scales for the fp8 dtypes."""
@@ -248,7 +270,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
                  stream_k: bool = False, prior=None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
-    :func:`prior_candidates` of the table ``prior``) on every unique projection of the
+    :func:`prior_candidates` of the table ``prior``, "clusters": per cell
+    :func:`cluster_candidates` against ``prior``, this GPU's own table, each timed as the dispatcher
+    runs it, configs.as_run, and recorded under its tiling's name) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
     "bfloat16" (peer: cuBLAS through torch.matmul), "fp8_tensorwise" (e4m3 -> bf16, scalar scales,
@@ -269,6 +293,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     import cutedsl_backend as cb
 
     from ..configs import default_config, is_valid, rank_configs
+    from ..configs.as_run import as_run
     from ..configs.config import decode_a_rows
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
@@ -281,12 +306,13 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
     projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
-    if space == "prior":
+    if space in ("prior", "clusters"):
         if prior is None or stream_k:
-            raise ValueError("sweep_decode: space 'prior' needs a prior table, and times its configs as named "
+            raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
                              "(no stream-K forms)")
-        cell_cands = {(n, k, m): prior_candidates(prior, n, k, m) for n, k in ((p.n, p.k) for p in projections)
-                      for m in ms}
+        cell_cands = {(n, k, m): (prior_candidates(prior, n, k, m) if space == "prior"
+                                  else cluster_candidates(prior, n, k, m, dtype))
+                      for n, k in ((p.n, p.k) for p in projections) for m in ms}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
     else:
         cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
@@ -335,12 +361,13 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # moved tiles and dependent launch, go on top of whichever config a table names)
             pick = default_config(problem, epilogue=spec).tiling()
             extra = [pick]
-            if space in ("swap", "prior"):  # and what the ranking would run unswapped, which a swap pick replaces
+            if space in ("swap", "prior", "clusters"):  # and the ranking's unswapped pick, which a swap pick replaces
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())
             times, wrong = {}, {}
             here = cell_cands.get((n, k, m), cands)
-            for c in here + [c for c in dict.fromkeys(extra) if c not in here]:
-                if c.name in failed or not is_valid(c, kernel_problem(problem, c)):
+            for name_c in here + [c for c in dict.fromkeys(extra) if c not in here]:
+                c = as_run(name_c, problem, spec) if space == "clusters" else name_c
+                if name_c.name in failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 if space == "decode" and c not in extra and c.a_rows != decode_a_rows(m):
                     continue  # loading more rows of A than M needs only adds traffic
@@ -349,15 +376,15 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
                     ours(c)()
                 except Exception as e:  # reported, not fatal: one config must not end the sweep
                     log(f"  {m}x{n}x{k}: {c.name}: {type(e).__name__}: {str(e)[:160]}")
-                    wrong[c.name] = float("nan")
+                    wrong[name_c.name] = float("nan")
                     continue
                 check = (compare_fp8(o, ref, "bfloat16", k, fast_accum=fast) if fp8
                          else compare(o, ref, "bfloat16", k))
                 if not check["ok"]:
                     log(f"  {m}x{n}x{k}: {c.name}: WRONG result against float64: {check}")
-                    wrong[c.name] = check["rel_l2"]
+                    wrong[name_c.name] = check["rel_l2"]
                     continue
-                times[c.name] = timed(ours(c))()
+                times[name_c.name] = timed(ours(c))()
             del ref
             peer_runs.append(peer())
             p = statistics.median(peer_runs)

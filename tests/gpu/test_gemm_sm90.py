@@ -67,6 +67,21 @@ def test_two_by_two_clusters(cfg):
         run_and_check(a, b, config=cfg, squeeze=(L == 1))
 
 
+# 4x1 and 4x2 clusters: four row tiles share B's panel, each CTA loading a quarter of it; tile rows
+# (columns) not a multiple of four (two) leave padding CTAs that load the last tile
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 128, cluster_m=4),
+                                 GemmConfig(64, 96, cluster_m=4, schedule="pingpong"),
+                                 GemmConfig(64, 128, cluster_m=4, splits=3, schedule="pingpong"),
+                                 GemmConfig(64, 96, cluster_m=4, cluster_n=2, schedule="pingpong"),
+                                 GemmConfig(128, 64, cluster_m=4, cluster_n=2, edge=True)],
+                         ids=lambda c: c.name)
+def test_four_row_clusters(cfg):
+    for i, (L, M, N, K) in enumerate([(1, 1100, 2056, 776), (1, 200, 4104, 520), (3, 328, 456, 264)]):
+        for layout in (("k", "n"), ("k", "k")):
+            a, b = make_operands(L, M, N, K, torch.bfloat16, *layout, seed=41 + i)
+            run_and_check(a, b, config=cfg, squeeze=(L == 1))
+
+
 # 128x320: two 160-wide WGMMAs per k-block, B K-major; tails, batches, both A majors, fp32 output
 WIDE_TILES = [GemmConfig(128, 320, cluster_m=2), GemmConfig(128, 320, cluster_n=2)]
 

@@ -20,7 +20,11 @@ from .operands import layout_operands as operands  # noqa: E402
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 SWAP = [GemmConfig(128, 192, swap_ab=True), GemmConfig(128, 128, splits=2, swap_ab=True),
         GemmConfig(64, 256, schedule="pingpong", cluster_m=2, swap_ab=True),
-        GemmConfig(64, 128, schedule="pingpong", splits=3, swap_ab=True)]
+        GemmConfig(64, 128, schedule="pingpong", splits=3, swap_ab=True),
+        # four weight tiles share the tokens' panel (B, swapped) by multicast
+        GemmConfig(64, 160, schedule="pingpong", splits=2, cluster_m=4, swap_ab=True),
+        GemmConfig(128, 96, cluster_m=4, swap_ab=True),
+        GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, edge=True, swap_ab=True)]
 # L, M (tokens), N (weights), K; N a multiple of 8 (the kernel's output columns are its rows)
 SHAPES = [(1, 1, 264, 520), (1, 16, 4104, 4096), (1, 100, 1000, 776), (1, 192, 8192, 2048), (2, 320, 328, 264),
           (3, 77, 456, 1000)]
@@ -64,7 +68,8 @@ def test_swap_ab_fp8(scales):
     else:
         sa = torch.rand((), device="cuda", generator=g) / 16 + 0.01
         sb = torch.rand((), device="cuda", generator=g) / 16 + 0.01
-    for cfg in (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule="pingpong", splits=2, swap_ab=True)):
+    for cfg in (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule="pingpong", splits=2, swap_ab=True),
+                GemmConfig(64, 96, schedule="pingpong", splits=2, cluster_m=4, swap_ab=True)):
         for fast in (True, False):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)

@@ -147,7 +147,7 @@ P = GemmProblem(4096, 4096, 4096)
     (GemmConfig(256, 128, schedule="pingpong"), "tile_m"),
     (GemmConfig(128, 256, schedule="pingpong"), "accumulator registers"),
     (GemmConfig(128, 80), "tile_n"),
-    (GemmConfig(128, 128, cluster_m=4), "cluster"),
+    (GemmConfig(128, 128, cluster_n=4), "cluster"),
     (GemmConfig(128, 128, tile_k=32), "tile_k"),
     (GemmConfig(128, 128, stages=12), "shared memory"),
     (GemmConfig(128, 128, schedule="splitk"), "schedule"),
@@ -157,6 +157,13 @@ P = GemmProblem(4096, 4096, 4096)
 def test_config_rules(cfg, rule):
     with pytest.raises(UnsupportedGemmError, match=rule):
         check_config(cfg, P)
+
+
+def test_four_row_clusters_are_for_sm90a_only():
+    check_config(GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2), P)
+    sm100 = GemmProblem(4096, 4096, 4096, arch="sm100a")
+    with pytest.raises(UnsupportedGemmError, match="four-row clusters are verified on sm90a only"):
+        check_config(GemmConfig(128, 128, cluster_m=4, arch="sm100a"), sm100)
 
 
 def test_tiles_wider_than_one_wgmma():

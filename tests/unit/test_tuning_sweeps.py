@@ -195,3 +195,41 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
         with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
                 pytest.raises(SystemExit):
             tuning._sweep_decode(parser.parse_args(argv), parser)
+
+
+def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_they_run():
+    """sweep-decode --space clusters: per cell the entry this GPU's table serves it with, then 64-row
+    swap-AB tiles of the widths that cut the tokens into at most three tiles, unclustered, 4 x 1 and
+    4 x 2; each timed as the dispatcher runs it (a partial last tile moved back to the edge) and
+    recorded under its unmoved name, the name a table keeps."""
+    from unittest import mock
+
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import GemmConfig
+    from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    o = (3072, 3072)  # phi3-mini's o projection
+    served = GemmConfig(64, 160, schedule="pingpong", splits=2, swap_ab=True)
+    table = MeasuredTable("NVIDIA Test", "sm90a", "16bit", "test", (MeasuredEntry(*o, 160, served, 0.01, 0.01, 0.01),))
+    cands = ts.cluster_candidates(table, *o, 144)
+    assert cands[0] == served
+    widths = {c.tile_n for c in cands[1:]}
+    assert widths == {64, 96, 128, 160}  # 32 would cut 144 tokens into five tiles
+    assert {(c.cluster_m, c.cluster_n) for c in cands[1:]} == {(1, 1), (4, 1), (4, 2)}
+    assert all(c.swap_ab and c.tile_m == 64 and c.splits == 1 for c in cands[1:])
+    assert ts.cluster_candidates(table, 4096, 4096, 144)[0].tile_n == 64  # no entry: the new tiles only
+    ran = []
+
+    def gemm(a, b, *, config, out):
+        ran.append(config)
+        return out.copy_((a.float() @ b.float()).to(out.dtype))
+
+    with mock.patch.object(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs]), \
+            mock.patch.object(cb, "gemm", gemm):
+        rows = ts.sweep_decode(ms=(144,), space="clusters", prior=table, models=["phi3-mini"], log=lambda *a: None,
+                               device="cpu", timer=lambda fn: 1.0)
+    row = next(r for r in rows if (r["n"], r["k"]) == o)
+    assert {c.name for c in cands} <= set(row["times"])
+    assert GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, edge=True, swap_ab=True) in ran
+    assert not any(name.endswith("_edge") for name in row["times"])
