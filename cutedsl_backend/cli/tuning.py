@@ -121,7 +121,7 @@ def _config_table_arguments(p):
 def _config_table(args, p) -> int:
     from ..configs.measured import MeasuredTable, table_from_sweeps, updated_table
     from ..validation.bench import geomean
-    from ..validation.tuning_sweeps import load_sweep_rows
+    from ..validation.sweep_spaces import load_sweep_rows
 
     rows = load_sweep_rows(args.sweeps)
     if args.update:
@@ -156,7 +156,7 @@ def _replay_arguments(p):
 
 def _replay(args, p) -> int:
     from ..validation.replay import replay
-    from ..validation.tuning_sweeps import load_sweep_rows
+    from ..validation.sweep_spaces import load_sweep_rows
 
     result = replay(load_sweep_rows(args.sweeps), gpu=args.gpu)
     write_json(args.json, result)

@@ -405,16 +405,23 @@ class SwapModel:
         128 and 192 without a cluster: on the H100's swap sweeps at 96-256 tokens the 32-wide tiles,
         8 slices and the other 4-slice configs were never the fastest and within 2% of it in 1-2 of
         192 rows), and a cluster of two along the tokens (the weights multicast to both) for
-        256-384 tokens in two tiles. The models rank :meth:`candidates` only: these widths are
-        unmeasured where no table is."""
+        256-384 tokens in two tiles; and 64-row tiles 64-160 tokens wide without K slices in
+        clusters of four along the weights (4 x 1, and 4 x 2 with two token tiles), which cuBLAS
+        runs at 80-320 tokens and which the H100's cluster sweeps found fastest on most projections
+        of 3-4k x 3-4k there. The models rank :meth:`candidates` only: these widths and clusters
+        are unmeasured where no table is."""
         widths = [(64, s) for s in (1, 2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
         out = [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)
                if not (sched == "pingpong" and tn == 256)]
         out += [GemmConfig(tm, tn, schedule=sched, splits=4, arch=arch, swap_ab=True)
                 for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 192)]
-        return out + [GemmConfig(tm, tn, schedule=sched, cluster_n=2, arch=arch, swap_ab=True)
-                      for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
+        out += [GemmConfig(tm, tn, schedule=sched, cluster_n=2, arch=arch, swap_ab=True)
+                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
+        if arch != "sm90a":  # four-row clusters are verified on sm90a only (configs.rules)
+            return out
+        return out + [GemmConfig(64, tn, schedule="pingpong", cluster_m=4, cluster_n=cn, arch=arch, swap_ab=True)
+                      for tn in (64, 96, 128, 160) for cn in (1, 2)]
 
 
 # 16-bit: swap-AB from 96 tokens with tiles exactly 96 tokens wide, at the full rate up to 128

@@ -15,7 +15,7 @@ from typing import Optional
 
 from .bench import geomean
 from .shape_sweep import MIN_CELL_RATIO as GATE
-from .tuning_sweeps import sweep_problem
+from .sweep_spaces import sweep_problem
 
 
 def replay(rows: list, gpu: Optional[str] = None) -> dict:

@@ -94,7 +94,8 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     model and the models' projections, and a directory measured on another GPU or other
     projections is refused (ValueError)."""
     from ..configs.measured import SWEEP_OPERANDS
-    from .tuning_sweeps import load_sweep_rows, sweep_decode
+    from .sweep_spaces import load_sweep_rows
+    from .tuning_sweeps import sweep_decode
 
     sweep = sweep or sweep_decode
     if gpu is None or versions is None:

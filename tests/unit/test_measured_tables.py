@@ -282,7 +282,7 @@ def test_a_table_file_that_does_not_load_is_skipped(tmp_path, caplog):
 def test_the_report_names_a_table_only_for_the_cells_it_serves():
     """fp8 rowwise cells run row/column scales, which no table serves: reported as the models'."""
     from cutedsl_backend.validation.shape_sweep import _config_choice
-    from cutedsl_backend.validation.tuning_sweeps import sweep_problem
+    from cutedsl_backend.validation.sweep_spaces import sweep_problem
 
     gpu = "NVIDIA H100 80GB HBM3"
     fp8 = next(t for t in MEASURED.for_gpu(gpu) if t.operands == "fp8_precise")

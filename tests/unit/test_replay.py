@@ -9,7 +9,7 @@ import pytest
 from cutedsl_backend.configs import default_config
 from cutedsl_backend.problem import GemmProblem
 from cutedsl_backend.validation.replay import replay
-from cutedsl_backend.validation.tuning_sweeps import load_sweep_rows
+from cutedsl_backend.validation.sweep_spaces import load_sweep_rows
 
 
 def _row(m, n, k, times, pick, peer=0.010, dtype="bfloat16"):

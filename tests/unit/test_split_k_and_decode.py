@@ -174,7 +174,7 @@ def test_mid_sweep_times_wave_filling_widths_the_model_does_not_rank():
     unchanged (they are unmeasured where no table is)."""
     from cutedsl_backend.configs import MidModel, is_valid
     from cutedsl_backend.configs.ranking import wave_efficiency
-    from cutedsl_backend.validation.tuning_sweeps import mid_candidates
+    from cutedsl_backend.validation.sweep_spaces import mid_candidates
 
     cands = mid_candidates()
     added = [c for c in cands if c not in MidModel.candidates()]

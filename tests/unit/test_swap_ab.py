@@ -92,7 +92,7 @@ def test_swap_sweep_candidates_are_valid_where_they_are_measured():
     """sweep-decode --space swap measures these; each must be a valid config of the swapped problem
     at decode and mid token counts (an invalid one would silently drop out of the sweep)."""
     from cutedsl_backend.configs import is_valid
-    from cutedsl_backend.validation.tuning_sweeps import swap_candidates
+    from cutedsl_backend.validation.sweep_spaces import swap_candidates
 
     cands = swap_candidates()
     assert len({c.name for c in cands}) == len(cands) and all(c.swap_ab for c in cands)
@@ -270,7 +270,7 @@ def test_fp8_at_192_tokens_may_split_the_tokens_in_two_96_wide_tiles():
     sweep at 192 tokens: two 96-token tiles the fastest on most shapes)."""
     from cutedsl_backend.configs import default_config
     from cutedsl_backend.configs.ranking import FP8_SWAP_MODEL
-    from cutedsl_backend.validation.tuning_sweeps import sweep_problem
+    from cutedsl_backend.validation.sweep_spaces import sweep_problem
 
     assert 96 in {c.tile_n for c in FP8_SWAP_MODEL.candidates()}
     problem, spec = sweep_problem("fp8_tensorwise", 192, 4096, 4096)

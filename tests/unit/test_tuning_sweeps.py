@@ -63,10 +63,11 @@ def test_sweep_decode_checks_results_and_a_table_never_names_a_wrong_config(monk
     import cutedsl_backend as cb
     from cutedsl_backend.configs import default_config
     from cutedsl_backend.configs.measured import table_from_sweeps
+    from cutedsl_backend.validation import sweep_spaces as sp
     from cutedsl_backend.validation import tuning_sweeps as ts
 
     monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs])
-    cands = ts.swap_candidates()
+    cands = sp.swap_candidates()
     broken = {"rolled": cands[0].name, "short": cands[1].name, "raises": cands[2].name}
 
     def gemm(a, b, *, config, out):
@@ -95,7 +96,7 @@ def test_sweep_decode_checks_results_and_a_table_never_names_a_wrong_config(monk
     assert rows
     for row in rows:
         assert set(broken.values()) <= set(row["wrong"]) and not set(broken.values()) & set(row["times"])
-        problem, _ = ts.sweep_problem("bfloat16", 96, row["n"], row["k"])
+        problem, _ = sp.sweep_problem("bfloat16", 96, row["n"], row["k"])
         assert row["times"] and row["pick"] == default_config(problem).name
     assert any("WRONG" in line and broken["rolled"] in line for line in lines)
     assert any("RuntimeError" in line and broken["raises"] in line for line in lines)
@@ -141,6 +142,7 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig, default_config, is_valid, rank_configs
     from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
+    from cutedsl_backend.validation import sweep_spaces as sp
     from cutedsl_backend.validation import tuning_sweeps as ts
 
     o, qkv = (3072, 3072), (9216, 3072)  # phi3-mini's o and qkv projections
@@ -152,13 +154,13 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
         MeasuredEntry(n, k, m, c, 0.01, 0.01, 0.01)
         for (n, k), m, c in ((o, 16, few), (o, 32, few.replace(a_rows=32)), (o, 192, near), (o, 1024, far),
                              (o, 160, None), (qkv, 128, wide))))
-    assert ts.prior_candidates(prior, *o, 128) == [near, near.replace(cluster_n=1),
+    assert sp.prior_candidates(prior, *o, 128) == [near, near.replace(cluster_n=1),
                                                    near.replace(cluster_m=2, cluster_n=1)]
-    assert ts.prior_candidates(prior, *o, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
-    assert ts.prior_candidates(prior, *o, 8) == ts.prior_candidates(prior, *o, 16)  # 16 serves 1-16
-    assert ts.prior_candidates(prior, *o, 24)[0] == few.replace(a_rows=32)  # 32 serves 17-32
-    assert ts.prior_candidates(prior, *o, 48) == []  # no entry loads a whole 64-row tile
-    assert ts.prior_candidates(prior, 4096, 4096, 128) == []
+    assert sp.prior_candidates(prior, *o, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
+    assert sp.prior_candidates(prior, *o, 8) == sp.prior_candidates(prior, *o, 16)  # 16 serves 1-16
+    assert sp.prior_candidates(prior, *o, 24)[0] == few.replace(a_rows=32)  # 32 serves 17-32
+    assert sp.prior_candidates(prior, *o, 48) == []  # no entry loads a whole 64-row tile
+    assert sp.prior_candidates(prior, 4096, 4096, 128) == []
     compiled = []
 
     def gemm(a, b, *, config, out):
@@ -168,13 +170,13 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
             compiled.append(p[1]) or (p[1].name, 0.0, None) for p in pairs]), mock.patch.object(cb, "gemm", gemm):
         rows = ts.sweep_decode(ms=(128,), space="prior", prior=prior, models=["phi3-mini"], log=lambda *a: None,
                                device="cpu", timer=lambda fn: 1.0)
-    assert set(compiled) == set(ts.prior_candidates(prior, *o, 128) + ts.prior_candidates(prior, *qkv, 128))
+    assert set(compiled) == set(sp.prior_candidates(prior, *o, 128) + sp.prior_candidates(prior, *qkv, 128))
     assert far not in compiled  # 1024 is more than twice 128
     assert {(r["n"], r["k"]) for r in rows} >= {o, qkv}
     for row in rows:
-        problem, _ = ts.sweep_problem("bfloat16", 128, row["n"], row["k"])
+        problem, _ = sp.sweep_problem("bfloat16", 128, row["n"], row["k"])
         extra = {default_config(problem), next(c for c in rank_configs(problem) if not c.swap_ab)}
-        named = ts.prior_candidates(prior, row["n"], row["k"], 128)
+        named = sp.prior_candidates(prior, row["n"], row["k"], 128)
         expected = {c.tiling().name for c in named + list(extra)
                     if is_valid(c, problem.swapped() if c.swap_ab else problem)}
         assert set(row["times"]) == expected and row["pick"] in row["times"], (row["n"], row["k"])
@@ -207,18 +209,19 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     import cutedsl_backend as cb
     from cutedsl_backend.configs import GemmConfig
     from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
+    from cutedsl_backend.validation import sweep_spaces as sp
     from cutedsl_backend.validation import tuning_sweeps as ts
 
     o = (3072, 3072)  # phi3-mini's o projection
     served = GemmConfig(64, 160, schedule="pingpong", splits=2, swap_ab=True)
     table = MeasuredTable("NVIDIA Test", "sm90a", "16bit", "test", (MeasuredEntry(*o, 160, served, 0.01, 0.01, 0.01),))
-    cands = ts.cluster_candidates(table, *o, 144)
+    cands = sp.cluster_candidates(table, *o, 144)
     assert cands[0] == served
     widths = {c.tile_n for c in cands[1:]}
     assert widths == {64, 96, 128, 160}  # 32 would cut 144 tokens into five tiles
     assert {(c.cluster_m, c.cluster_n) for c in cands[1:]} == {(1, 1), (4, 1), (4, 2)}
     assert all(c.swap_ab and c.tile_m == 64 and c.splits == 1 for c in cands[1:])
-    assert ts.cluster_candidates(table, 4096, 4096, 144)[0].tile_n == 64  # no entry: the new tiles only
+    assert sp.cluster_candidates(table, 4096, 4096, 144)[0].tile_n == 64  # no entry: the new tiles only
     ran = []
 
     def gemm(a, b, *, config, out):

@@ -1,0 +1,96 @@
+"""The candidate spaces of the tuning sweeps (``sweep-decode --space``), the operands a sweep row
+measures, and how sweep files are read. Pure Python."""
+
+from __future__ import annotations
+
+
+def decode_candidates(arch: str = "sm90a") -> list:
+    """The few-token configs the decode sweep times: configs.DecodeModel.sweep_candidates (each M
+    times those loading the rows of A that configs.decode_a_rows gives it)."""
+    from ..configs import DECODE_MODEL
+
+    return DECODE_MODEL.sweep_candidates(arch)
+
+
+def mid_candidates(arch: str = "sm90a") -> list:
+    """Configs for a few hundred tokens: configs.MidModel.sweep_candidates (the tables' space; the
+    model ranks its own :meth:`~cutedsl_backend.configs.MidModel.candidates`)."""
+    from ..configs import MidModel
+
+    return MidModel.sweep_candidates(arch)
+
+
+def swap_candidates(arch: str = "sm90a") -> list:
+    """Swap-AB configs: configs.SwapModel.sweep_candidates (the tables' space; the model ranks its
+    own :meth:`~cutedsl_backend.configs.SwapModel.candidates`, which the sweep adds where picked)."""
+    from ..configs import SwapModel
+
+    return SwapModel.sweep_candidates(arch)
+
+
+def prior_candidates(prior, n: int, k: int, m: int) -> list:
+    """The configs a ``prior`` table (configs.measured.MeasuredTable, measured on another GPU) names
+    for projection (n, k) near ``m`` tokens, each also with the clusters 1x1, 2x1 and 1x2: the
+    candidates of a sweep that re-measures that table on this GPU (about a dozen per cell instead
+    of the whole space; which cluster wins moved between the H100 and H200). Near: up to 64 tokens
+    the few-token entry that would serve ``m`` (the smallest measured M at or above it loading the
+    same rows of A, configs.decode_a_rows), else the entries measured within a factor 2 of ``m``."""
+    from ..configs.config import DECODE_MAX_M, decode_a_rows
+
+    mine = [e for e in prior.entries if (e.n, e.k) == (n, k) and e.config is not None]
+    if m <= DECODE_MAX_M:
+        serving = [e for e in mine if m <= e.m <= DECODE_MAX_M and decode_a_rows(e.m) == decode_a_rows(m)]
+        near = [min(serving, key=lambda e: e.m).config.tiling()] if serving else []
+    else:
+        near = [e.config.tiling() for e in mine if m / 2 <= e.m <= 2 * m]
+    return list(dict.fromkeys(c.replace(cluster_m=cm, cluster_n=cn) for c in near
+                              for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))))
+
+
+# the token widths of the 64-row swap-AB tiles clustered four along the weights
+CLUSTER_WIDTHS = (32, 64, 96, 128, 160)
+
+
+def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -> list:
+    """The configs of a sweep that tries four-row clusters (configs.rules.CLUSTER_SHAPES 4x1 and
+    4x2) against a table's choice: the entry of ``prior`` (this GPU's table) serving (n, k) at ``m``
+    tokens, if any, then 64-row ping-pong swap-AB tiles of each :data:`CLUSTER_WIDTHS` width that
+    cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
+    weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
+    no K slices. The shape cuBLAS ran at 80-160 tokens on the H100 (nvjet 64xW tiles, 4x1 / 4x2
+    clusters, no split-K: ``probe-configs --peer-kernels``)."""
+    from ..configs import GemmConfig
+
+    problem, spec = sweep_problem(dtype, m, n, k)
+    entry = prior.entry(problem, spec) if prior is not None else None
+    out = [entry.config.tiling()] if entry is not None else []
+    out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
+            for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), (4, 1), (4, 2))]
+    return list(dict.fromkeys(out))
+
+
+def sweep_problem(dtype: str, m: int, n: int, k: int):
+    """(problem, epilogue spec) a ``sweep-decode`` row of ``dtype`` (:data:`SWEEP_OPERANDS`) times:
+    nn.Linear's layout on sm90a, bf16 out; e4m3 with scalar scales for the fp8 dtypes."""
+    from ..configs.measured import SWEEP_OPERANDS
+    from ..epilogue import EpilogueSpec
+    from ..problem import GemmProblem
+
+    if dtype not in SWEEP_OPERANDS:
+        raise ValueError(f"sweep row dtype {dtype!r}: one of {', '.join(SWEEP_OPERANDS)}")
+    fp8 = dtype.startswith("fp8")
+    problem = GemmProblem(m, n, k, 1, "float8_e4m3fn" if fp8 else "bfloat16", "bfloat16", "k", "k", "sm90a",
+                          fast_accum=dtype == "fp8_tensorwise_fast")
+    return problem, (EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None)
+
+
+def load_sweep_rows(paths) -> list:
+    """The rows of ``sweep-decode --json`` files (``.json`` or ``.json.gz``)."""
+    import gzip
+    import json
+
+    rows: list = []
+    for path in paths:
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+            rows += json.load(f)
+    return rows
