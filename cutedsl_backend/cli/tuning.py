@@ -100,6 +100,13 @@ def _sweep_decode(args, p) -> int:
                     f"{SWEEP_OPERANDS[args.dtype]} operands")
         if args.stream_k:
             p.error(f"--space {args.space} times the prior's configs as named: no --stream-k")
+        if args.space == "clusters":
+            import torch
+
+            here = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+            if prior.gpu != here:
+                p.error(f"--space clusters measures this GPU's own table: --prior {args.prior} is {prior.gpu}'s, "
+                        f"this GPU is {here}")
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
                       dtype=args.dtype, checkpoint=save, stream_k=args.stream_k, prior=prior))
     return 0
@@ -111,7 +118,8 @@ def _config_table_arguments(p):
                    help='the GPU model, as torch.cuda.get_device_name reports it (e.g. "NVIDIA H200")')
     p.add_argument("--source", required=True, help="the commands and code version that produced the sweeps")
     p.add_argument("--min-gain", type=float, default=0.03,
-                   help="name the fastest config where it beat the models' pick by more than this, else the pick")
+                   help="name the fastest config where it beat the models' pick (with --update: the table's entry) "
+                   "by more than this, else keep that")
     p.add_argument("-o", "--out", required=True, help="the table's JSON file")
     p.add_argument("--update", metavar="TABLE",
                    help="this GPU's table to update: only the cells the sweeps measured change, each to the "
@@ -134,7 +142,7 @@ def _config_table(args, p) -> int:
         for e in changed:
             print(f"{e.m}x{e.n}x{e.k}: {e.config.name if e.config else None} {e.ms * 1e3:.2f} us "
                   f"(peer {e.peer_ms * 1e3:.2f} us)")
-        print(f"{len(changed)} of {len(table.entries)} entries changed")
+        print(f"{len(changed)} of {len(table.entries)} entries changed by {len(rows)} sweep rows")
     else:
         table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
     with open(args.out, "w") as f:
@@ -143,8 +151,9 @@ def _config_table(args, p) -> int:
     chosen = [e for e in table.entries if e.beats_models(args.min_gain)]
     gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
     gain = geomean(gains) if gains else 1.0
-    print(f"{len(table.entries)} measured (projection, M) from {len(rows)} rows; {len(chosen)} name a config "
-          f"faster than the models' pick (geomean {gain:.3f}x in the sweep)")
+    made = "in the table" if args.update else f"measured (projection, M) from {len(rows)} rows"
+    print(f"{len(table.entries)} {made}; {len(chosen)} name a config faster than the models' pick (geomean "
+          f"{gain:.3f}x in the sweeps that measured them)")
     return 0
 
 

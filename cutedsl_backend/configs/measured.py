@@ -174,9 +174,11 @@ def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
     """``table`` with the (n, k, m) cells a sweep of the same GPU and operand class measured
     again (``sweep-decode --space clusters``, which times the table's entry beside new
     candidates): a cell whose fastest config beat the entry's by more than ``min_gain`` in the
-    same sweep names it; one where the entry was within that margin, or did not run, keeps it; a
-    cell the table lacked gets the fastest config or the models' pick as :func:`table_from_sweeps`
-    chooses. ``source`` (the sweep's commands) is added to the table's."""
+    same sweep names it; one where the entry was within that margin, or was not timed, keeps it;
+    one whose entry the sweep found wrong (its row's ``wrong``: a result off the float64
+    reference, or a raise) gets the fastest config that ran right, as does a cell the table lacked
+    (or the models' pick where within the margin, as :func:`table_from_sweeps` chooses). ``source``
+    (the sweep's commands) is added to the table's."""
     operands, merged = _merged_rows(rows)
     if operands != table.operands:
         raise ValueError(f"the sweeps measure {operands} operands; the table is a {table.operands} table")
@@ -187,7 +189,7 @@ def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
             continue
         best = min(times, key=lambda name: (times[name], name))
         old = by_cell.get((n, k, m))
-        if old is not None and old.config is not None:
+        if old is not None and old.config is not None and old.config.tiling().name not in slot["wrong"]:
             old_ms = times.get(old.config.tiling().name)
             if old_ms is not None and times[best] * (1 + min_gain) < old_ms:
                 by_cell[(n, k, m)] = _entry(n, k, m, best, slot)
@@ -210,8 +212,9 @@ def _entry(n: int, k: int, m: int, kept: str, slot: dict) -> MeasuredEntry:
 
 
 def _merged_rows(rows: Iterable[dict]) -> tuple:
-    """(the operand class, {(n, k, m): {times: fastest ms per config, peer: [ms], pick}}) of
-    ``sweep-decode`` rows of one operand class (several sweeps of one cell merged)."""
+    """(the operand class, {(n, k, m): {times: fastest ms per config, peer: [ms], pick, wrong:
+    the configs some row found wrong}}) of ``sweep-decode`` rows of one operand class (several
+    sweeps of one cell merged)."""
     rows = list(rows)
     classes = {SWEEP_OPERANDS.get(row["dtype"]) for row in rows}
     operands = next(iter(classes)) if len(classes) == 1 else None
@@ -221,7 +224,8 @@ def _merged_rows(rows: Iterable[dict]) -> tuple:
     merged: dict = {}
     for row in rows:
         key = (row["n"], row["k"], row["m"])
-        slot = merged.setdefault(key, {"times": {}, "peer": [], "pick": row["pick"]})
+        slot = merged.setdefault(key, {"times": {}, "peer": [], "pick": row["pick"], "wrong": set()})
+        slot["wrong"].update(row.get("wrong", ()))
         for name, ms in row["times"].items():
             slot["times"][name] = min(ms, slot["times"].get(name, math.inf))
         slot["peer"].append(row["peer_ms"])

@@ -406,10 +406,10 @@ class SwapModel:
         8 slices and the other 4-slice configs were never the fastest and within 2% of it in 1-2 of
         192 rows), and a cluster of two along the tokens (the weights multicast to both) for
         256-384 tokens in two tiles; and 64-row tiles 64-160 tokens wide without K slices in
-        clusters of four along the weights (4 x 1, and 4 x 2 with two token tiles), which cuBLAS
-        runs at 80-320 tokens and which the H100's cluster sweeps found fastest on most projections
-        of 3-4k x 3-4k there. The models rank :meth:`candidates` only: these widths and clusters
-        are unmeasured where no table is."""
+        clusters of four along the weights (4 x 1, and 4 x 2 with two token tiles; cuBLAS runs
+        4 x 2 at 80-160 tokens on 3-3.6k-wide weights), the fastest on most projections of 3-4k x
+        3-4k at 96-320 tokens in the H100's cluster sweeps. The models rank :meth:`candidates`
+        only: these widths and clusters are unmeasured where no table is."""
         widths = [(64, s) for s in (1, 2, 4)] + [(tn, s) for tn in (96, 128, 160, 192, 256) for s in (1, 2)]
         out = [GemmConfig(tm, tn, schedule=sched, splits=s, cluster_m=cm, arch=arch, swap_ab=True)
                for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn, s in widths for cm in (1, 2)

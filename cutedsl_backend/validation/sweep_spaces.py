@@ -57,8 +57,8 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     tokens, if any, then 64-row ping-pong swap-AB tiles of each :data:`CLUSTER_WIDTHS` width that
     cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
     weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
-    no K slices. The shape cuBLAS ran at 80-160 tokens on the H100 (nvjet 64xW tiles, 4x1 / 4x2
-    clusters, no split-K: ``probe-configs --peer-kernels``)."""
+    no K slices: the shape cuBLAS ran at 80-160 tokens on the H100's 3072- and 3584-wide weights
+    (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs --peer-kernels``)."""
     from ..configs import GemmConfig
 
     problem, spec = sweep_problem(dtype, m, n, k)

@@ -23,7 +23,7 @@ def gpu_slug(gpu: str) -> str:
 
 def load_prior(path: str):
     """(the config table in ``path``, the first 12 hex digits of its content's sha256), for a
-    sweep re-measuring it on this GPU (tuning_sweeps.prior_candidates); an sm90a table only (the
+    sweep re-measuring it on this GPU (sweep_spaces.prior_candidates); an sm90a table only (the
     sweeps time sm90a candidates)."""
     import hashlib
 
@@ -82,7 +82,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     K slices in its stream-K form (rows kept as ``sweep-mid-*-sk.json``, beside those without).
     ``priors``: tables measured on another GPU (JSON files, one per class): each one's class is also
     swept at each token count it measured, on the configs it names near there
-    (tuning_sweeps.prior_candidates, with the models' picks; rows ``sweep-prior-*.json``), a fifth of
+    (sweep_spaces.prior_candidates, with the models' picks; rows ``sweep-prior-*.json``), a fifth of
     the full spaces' time. ``prior_ms``: only these of the priors' token counts, in this order (the
     ones that matter most first, for a time-limited lease; empty: all, ascending).
     ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.

@@ -230,6 +230,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
                                   else cluster_candidates(prior, n, k, m, dtype))
                       for n, k in ((p.n, p.k) for p in projections) for m in ms}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
+        if space == "clusters":  # and the moved forms the cells run (configs.as_run), compiled ahead too
+            cands = list(dict.fromkeys(cands + [as_run(c, sweep_problem(dtype, m, n, k)[0], spec)
+                                                for (n, k, m), cs in cell_cands.items() for c in cs]))
     else:
         cands = {"decode": decode_candidates, "mid": mid_candidates, "swap": swap_candidates}[space]()
         cell_cands = {}
@@ -283,7 +286,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             here = cell_cands.get((n, k, m), cands)
             for name_c in here + [c for c in dict.fromkeys(extra) if c not in here]:
                 c = as_run(name_c, problem, spec) if space == "clusters" else name_c
-                if name_c.name in failed or not is_valid(c, kernel_problem(problem, c)):
+                if {name_c.name, c.name} & failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 if space == "decode" and c not in extra and c.a_rows != decode_a_rows(m):
                     continue  # loading more rows of A than M needs only adds traffic

@@ -39,7 +39,7 @@ def test_swap_ab(cfg, dtype, layout):
 
 
 @pytest.mark.epilogue("fused")
-@pytest.mark.parametrize("cfg", SWAP[:2], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", SWAP[:2] + SWAP[-1:], ids=lambda c: c.name)
 @pytest.mark.parametrize("bias_kind", ["col", "row"])
 def test_swap_ab_fused_epilogue(cfg, bias_kind):
     L, M, N, K = 1, 96, 456, 1064
@@ -69,7 +69,8 @@ def test_swap_ab_fp8(scales):
         sa = torch.rand((), device="cuda", generator=g) / 16 + 0.01
         sb = torch.rand((), device="cuda", generator=g) / 16 + 0.01
     for cfg in (GemmConfig(128, 128, swap_ab=True), GemmConfig(64, 128, schedule="pingpong", splits=2, swap_ab=True),
-                GemmConfig(64, 96, schedule="pingpong", splits=2, cluster_m=4, swap_ab=True)):
+                GemmConfig(64, 96, schedule="pingpong", splits=2, cluster_m=4, swap_ab=True),
+                GemmConfig(64, 64, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True)):
         for fast in (True, False):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             cb.scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast, config=cfg, out=out)

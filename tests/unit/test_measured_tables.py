@@ -497,22 +497,3 @@ def test_tune_with_a_prior_table_re_measures_it_at_its_token_counts(tmp_path):
         tune(str(tmp_path / "out"), ms=(), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), sweep=sweep, log=lambda *a: None,
              gpu=GPU, versions={}, priors=(str(tmp_path / "prior.json"),) * 2)
 
-
-def test_an_update_changes_only_the_swept_cells_and_only_past_the_noise_margin():
-    """config-table --update: a swept cell names its fastest config where it beat the table's own
-    entry by more than the margin in the same sweep; within the margin, or where the entry did not
-    run, the entry stays; an unswept cell stays; a new cell is chosen as a fresh table chooses."""
-    from cutedsl_backend.configs.measured import updated_table
-
-    c4 = GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True)
-    old = table(entry(96, SWAP), entry(160, SWAP), entry(192, COOP), entry(256, COOP))
-    rows = [_row(96, {SWAP: 0.012, c4: 0.010}, pick=COOP),     # 20% faster than the entry: named
-            _row(160, {SWAP: 0.0101, c4: 0.010}, pick=COOP),   # 1%: the entry stays
-            _row(192, {c4: 0.005}, pick=COOP),                  # the entry did not run: it stays
-            _row(128, {c4: 0.010, COOP: 0.012}, pick=COOP)]     # a new cell
-    new = updated_table(old, rows, "update test")
-    assert [(e.m, e.config) for e in new.entries] == [(96, c4), (128, c4), (160, SWAP), (192, COOP), (256, COOP)]
-    assert new.entries[0].ms == 0.010 and new.entries[0].peer_ms == 0.02
-    assert new.source == "unit test; then updated: update test" and new.gpu == GPU
-    with pytest.raises(ValueError, match="fp8_precise operands"):
-        updated_table(old, [{**rows[0], "dtype": "fp8_tensorwise"}], "x")

@@ -73,6 +73,26 @@ def test_a_pick_the_models_cannot_name_and_a_timing_failure_are_rows_not_crashes
     assert rows[1]["config"] == NAMED and "divisible" in rows[1]["error"] and len(rows) == 2
 
 
+def test_the_peers_kernels_are_named_on_every_timed_row_of_their_shape_after_all_timings():
+    made, timed, make_calls, time_calls = _fakes({"sm90a_x (pick)": 0.010, NAMED: 0.008, "peer": 0.009},
+                                                 refuse=NAMED)
+    profiled = []
+
+    def peer_kernels(call):
+        profiled.append(len(timed))  # after how many timed sets
+        return [{"name": f"nvjet_{len(profiled)}", "launches": 1, "us": 5.0}]
+
+    cases = [("bfloat16", NAMED, (64, 4096, 4096)), ("bfloat16", "pick", (64, 4096, 4096)),
+             ("bfloat16", "pick", (16, 4096, 4096))]
+    rows = config_ab(cases, log=lambda *a: None, time_calls=time_calls, make_calls=make_calls,
+                     make_operands=make_calls.operands, dispatched=lambda *a: "sm90a_x", peer_kernels=peer_kernels)
+    assert profiled == [2, 2]  # once per timed shape, after both were timed
+    refused, first, second = rows
+    assert "refused" in refused and "peer_kernels" not in refused
+    assert first["m"] == 64 and first["peer_kernels"][0]["name"] == "nvjet_1"
+    assert second["m"] == 16 and second["peer_kernels"][0]["name"] == "nvjet_2"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--shapes", "16x1032x4096", "--dtypes", "fp8_rowwise"], "multiples of 16"),
     (["--shapes", "16x4096"], "--shapes"),

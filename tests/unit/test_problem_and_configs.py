@@ -159,13 +159,6 @@ def test_config_rules(cfg, rule):
         check_config(cfg, P)
 
 
-def test_four_row_clusters_are_for_sm90a_only():
-    check_config(GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2), P)
-    sm100 = GemmProblem(4096, 4096, 4096, arch="sm100a")
-    with pytest.raises(UnsupportedGemmError, match="four-row clusters are verified on sm90a only"):
-        check_config(GemmConfig(128, 128, cluster_m=4, arch="sm100a"), sm100)
-
-
 def test_tiles_wider_than_one_wgmma():
     """128x320 (two 160-wide WGMMAs) is a cooperative sm90a tile for a K-major B, outside the
     tuner's space (only the wave-filling rule below picks it)."""

@@ -1,0 +1,104 @@
+"""Four-row clusters and table updates on the CPU: which architectures take 4 x 1 and 4 x 2
+clusters, ``config-table --update`` (only the cells a sweep measured again change, and only past
+the noise margin or where the entry was found wrong) and its command line, and ``sweep-decode
+--space clusters``'s arguments."""
+
+import argparse
+import json
+from unittest import mock
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig
+from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable, updated_table
+from cutedsl_backend.configs.rules import check_config
+from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
+
+GPU = "NVIDIA Test GPU"
+SWAP = GemmConfig(64, 192, schedule="pingpong", swap_ab=True)
+COOP = GemmConfig(128, 192, cluster_n=2)
+C4 = GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True)
+
+
+def table(*entries, gpu=GPU):
+    return MeasuredTable(gpu, "sm90a", "16bit", "unit test", tuple(entries))
+
+
+def entry(m, config, n=3584, k=3584):
+    return MeasuredEntry(n, k, m, config, 0.010, 0.011, 0.012)
+
+
+def row(m, times, pick, n=3584, k=3584, peer=0.02, wrong=None):
+    r = {"m": m, "n": n, "k": k, "dtype": "bfloat16", "peer_ms": peer, "pick": pick.name,
+         "times": {c.name: t for c, t in times.items()}}
+    return {**r, "wrong": {c.name: float("nan") for c in wrong}} if wrong else r
+
+
+def test_four_row_clusters_are_for_sm90a_only():
+    check_config(C4.replace(swap_ab=False), GemmProblem(4096, 4096, 4096))
+    sm100 = GemmProblem(4096, 4096, 4096, arch="sm100a")
+    with pytest.raises(UnsupportedGemmError, match="four-row clusters are verified on sm90a only"):
+        check_config(GemmConfig(128, 128, cluster_m=4, arch="sm100a"), sm100)
+
+
+def test_an_update_changes_only_the_swept_cells_and_only_past_the_noise_margin():
+    """A swept cell names its fastest config where it beat the table's own entry by more than the
+    margin in the same sweep; within the margin, or where the entry was not timed, the entry stays;
+    an unswept cell stays; a new cell is chosen as a fresh table chooses."""
+    old = table(entry(96, SWAP), entry(160, SWAP), entry(192, COOP), entry(256, COOP))
+    rows = [row(96, {SWAP: 0.012, C4: 0.010}, pick=COOP),     # 20% faster than the entry: named
+            row(160, {SWAP: 0.0101, C4: 0.010}, pick=COOP),   # 1%: the entry stays
+            row(192, {C4: 0.005}, pick=COOP),                  # the entry was not timed: it stays
+            row(128, {C4: 0.010, COOP: 0.012}, pick=COOP)]     # a new cell
+    new = updated_table(old, rows, "update test")
+    assert [(e.m, e.config) for e in new.entries] == [(96, C4), (128, C4), (160, SWAP), (192, COOP), (256, COOP)]
+    assert new.entries[0].ms == 0.010 and new.entries[0].peer_ms == 0.02
+    assert new.source == "unit test; then updated: update test" and new.gpu == GPU
+    with pytest.raises(ValueError, match="fp8_precise operands"):
+        updated_table(old, [{**rows[0], "dtype": "fp8_tensorwise"}], "x")
+
+
+def test_an_entry_the_sweep_found_wrong_is_replaced_whatever_the_margin():
+    """A table never names a config whose result the sweep found wrong (or that raised): such an
+    entry gives way to the fastest config that ran right, even one slower than the margin allows."""
+    old = table(entry(192, COOP))
+    new = updated_table(old, [row(192, {C4: 0.0101, SWAP: 0.0103}, pick=SWAP, wrong=[COOP])], "update test")
+    assert [(e.m, e.config) for e in new.entries] == [(192, SWAP)]  # the pick, within 3% of the fastest
+    new = updated_table(old, [row(192, {C4: 0.008, SWAP: 0.011}, pick=SWAP, wrong=[COOP])], "update test")
+    assert new.entries[0].config == C4
+
+
+def test_config_table_update_on_the_command_line(tmp_path, capsys):
+    from cutedsl_backend.cli import tuning
+
+    old = table(entry(96, SWAP), entry(160, SWAP))
+    (tmp_path / "old.json").write_text(json.dumps(old.to_json()))
+    (tmp_path / "sweep.json").write_text(json.dumps([row(96, {SWAP: 0.012, C4: 0.010}, pick=COOP)]))
+    parser = argparse.ArgumentParser()
+    tuning._config_table_arguments(parser)
+    argv = [str(tmp_path / "sweep.json"), "--source", "s", "-o", str(tmp_path / "new.json"),
+            "--update", str(tmp_path / "old.json")]
+    assert tuning._config_table(parser.parse_args([*argv, "--gpu", GPU]), parser) == 0
+    out = capsys.readouterr().out
+    assert f"96x3584x3584: {C4.name}" in out and "1 of 2 entries changed" in out
+    new = MeasuredTable.from_json(json.loads((tmp_path / "new.json").read_text()))
+    assert [(e.m, e.config) for e in new.entries] == [(96, C4), (160, SWAP)]
+    with pytest.raises(SystemExit):  # another GPU's table
+        tuning._config_table(parser.parse_args([*argv, "--gpu", "NVIDIA Other"]), parser)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--space", "clusters"],                                   # no table
+    ["--space", "clusters", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"],
+])
+def test_a_cluster_sweep_needs_this_gpus_own_table(argv):
+    """Without --prior it is refused; with the H100's table on a machine that is not an H100 (here:
+    no GPU) too, before anything is swept."""
+    from cutedsl_backend.cli import tuning
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    parser = argparse.ArgumentParser()
+    tuning._sweep_decode_arguments(parser)
+    with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
+            pytest.raises(SystemExit):
+        tuning._sweep_decode(parser.parse_args(argv), parser)
