@@ -30,9 +30,11 @@ def swap_candidates(arch: str = "sm90a") -> list:
 
 def prior_candidates(prior, n: int, k: int, m: int) -> list:
     """The configs a ``prior`` table (configs.measured.MeasuredTable, measured on another GPU) names
-    for projection (n, k) near ``m`` tokens, each also with the clusters 1x1, 2x1 and 1x2: the
-    candidates of a sweep that re-measures that table on this GPU (about a dozen per cell instead
-    of the whole space; which cluster wins moved between the H100 and H200). Near: up to 64 tokens
+    for projection (n, k) near ``m`` tokens, each also with the clusters 1x1, 2x1 and 1x2, and a
+    64-row swap-AB tile up to 160 tokens wide without K slices also with 4x1 and 4x2 (where the
+    H100's cluster sweeps found those fastest): the candidates of a sweep that re-measures that
+    table on this GPU (a dozen or two per cell instead of the whole space; which cluster wins moved
+    between the H100 and H200). Near: up to 64 tokens
     the few-token entry that would serve ``m`` (the smallest measured M at or above it loading the
     same rows of A, configs.decode_a_rows), else the entries measured within a factor 2 of ``m``."""
     from ..configs.config import DECODE_MAX_M, decode_a_rows
@@ -44,7 +46,15 @@ def prior_candidates(prior, n: int, k: int, m: int) -> list:
     else:
         near = [e.config.tiling() for e in mine if m / 2 <= e.m <= 2 * m]
     return list(dict.fromkeys(c.replace(cluster_m=cm, cluster_n=cn) for c in near
-                              for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))))
+                              for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))
+                              + (((4, 1), (4, 2)) if _four_row_candidate(c) else ())))
+
+
+def _four_row_candidate(cfg) -> bool:
+    """Whether a prior sweep also times ``cfg`` in clusters of four weight tiles: a 64-row swap-AB
+    tile up to 160 tokens wide without K slices on sm90a (:func:`cluster_candidates`' kind)."""
+    return (cfg.arch == "sm90a" and cfg.swap_ab and cfg.tile_m == 64 and cfg.splits == 1
+            and cfg.tile_n <= CLUSTER_WIDTHS[-1])
 
 
 # the token widths of the 64-row swap-AB tiles clustered four along the weights

@@ -134,8 +134,9 @@ def test_the_decode_sweep_times_the_configs_loading_the_rows_m_needs(monkeypatch
 def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
     """sweep-decode --space prior: per cell exactly the configs another GPU's table names for that
     projection near M (up to 64 tokens the few-token entry that would serve M), each with clusters
-    1x1, 2x1 and 1x2, plus the models' pick and the ranking's best unswapped config - checked
-    against float64 and timed like any sweep's; never another projection's configs."""
+    1x1, 2x1 and 1x2 (a 64-row swap tile without K slices 4x1 and 4x2 too), plus the models' pick
+    and the ranking's best unswapped config - checked against float64 and timed like any sweep's;
+    never another projection's configs."""
     import argparse
     from unittest import mock
 
@@ -155,7 +156,9 @@ def test_a_prior_tables_sweep_times_its_configs_near_each_cell_and_the_picks():
         for (n, k), m, c in ((o, 16, few), (o, 32, few.replace(a_rows=32)), (o, 192, near), (o, 1024, far),
                              (o, 160, None), (qkv, 128, wide))))
     assert sp.prior_candidates(prior, *o, 128) == [near, near.replace(cluster_n=1),
-                                                   near.replace(cluster_m=2, cluster_n=1)]
+                                                   near.replace(cluster_m=2, cluster_n=1),
+                                                   near.replace(cluster_m=4, cluster_n=1),  # a 64-row unsplit
+                                                   near.replace(cluster_m=4, cluster_n=2)]  # swap tile: 4-row too
     assert sp.prior_candidates(prior, *o, 16) == [few, few.replace(cluster_m=2), few.replace(cluster_n=2)]
     assert sp.prior_candidates(prior, *o, 8) == sp.prior_candidates(prior, *o, 16)  # 16 serves 1-16
     assert sp.prior_candidates(prior, *o, 24)[0] == few.replace(a_rows=32)  # 32 serves 17-32
