@@ -187,8 +187,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
     :func:`prior_candidates` of the table ``prior``, "clusters": per cell
-    :func:`cluster_candidates` against ``prior``, this GPU's own table, each timed as the dispatcher
-    runs it, configs.as_run, and recorded under its tiling's name) on every unique projection of the
+    :func:`cluster_candidates` against ``prior``, this GPU's own table, at token counts above the
+    few-token range, each timed as the dispatcher runs it, configs.as_run, and recorded under its
+    tiling's name) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
     "bfloat16" (peer: cuBLAS through torch.matmul), "fp8_tensorwise" (e4m3 -> bf16, scalar scales,
@@ -210,7 +211,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
 
     from ..configs import default_config, is_valid, rank_configs
     from ..configs.as_run import as_run
-    from ..configs.config import decode_a_rows
+    from ..configs.config import DECODE_MAX_M, decode_a_rows
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
     from .tolerances import compare, compare_fp8
@@ -226,6 +227,10 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         if prior is None or stream_k:
             raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
                              "(no stream-K forms)")
+        if space == "clusters" and min(ms) <= DECODE_MAX_M:
+            # a few-token entry serves every M loading the same rows of A (configs.measured); a swap
+            # entry there would serve only the M within sqrt(2) below it, the rest left to the models
+            raise ValueError(f"sweep_decode: space 'clusters' measures token counts above {DECODE_MAX_M}")
         cell_cands = {(n, k, m): (prior_candidates(prior, n, k, m) if space == "prior"
                                   else cluster_candidates(prior, n, k, m, dtype))
                       for n, k in ((p.n, p.k) for p in projections) for m in ms}

@@ -240,3 +240,6 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     c4x2 = GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True)
     assert c4x2.replace(edge=True) in ran and c4x2 not in ran  # 144 tokens: the second tile moved back
     assert not any(name.endswith("_edge") for name in row["times"])
+    with pytest.raises(ValueError, match="above 64"):  # few-token cells keep their same-work entries
+        ts.sweep_decode(ms=(64, 96), space="clusters", prior=table, models=["phi3-mini"], device="cpu",
+                        timer=lambda fn: 1.0)
