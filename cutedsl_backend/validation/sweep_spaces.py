@@ -59,6 +59,9 @@ def _four_row_candidate(cfg) -> bool:
 
 # the token widths of the 64-row swap-AB tiles clustered four along the weights
 CLUSTER_WIDTHS = (32, 64, 96, 128, 160)
+# and of the 128-row ones, above this many tokens
+WIDE_CLUSTER_WIDTHS = (128, 160, 192, 256)
+WIDE_CLUSTER_FROM = 192
 
 
 def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -> list:
@@ -68,7 +71,10 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
     weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
     no K slices: the shape cuBLAS ran at 80-160 tokens on the H100's 3072- and 3584-wide weights
-    (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs --peer-kernels``)."""
+    (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs --peer-kernels``). Above
+    :data:`WIDE_CLUSTER_FROM` tokens also 128-row cooperative swap tiles of each
+    :data:`WIDE_CLUSTER_WIDTHS` width within three tiles, in 4 x 1 and 4 x 2 (cuBLAS ran 256 x 96 in
+    4 x 1 at 288 tokens on 10240 x 8192)."""
     from ..configs import GemmConfig
 
     problem, spec = sweep_problem(dtype, m, n, k)
@@ -76,6 +82,9 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     out = [entry.config.tiling()] if entry is not None else []
     out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
             for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), (4, 1), (4, 2))]
+    if m > WIDE_CLUSTER_FROM:
+        out += [GemmConfig(128, w, cluster_m=4, cluster_n=cn, swap_ab=True)
+                for w in WIDE_CLUSTER_WIDTHS if -(-m // w) <= 3 for cn in (1, 2)]
     return list(dict.fromkeys(out))
 
 

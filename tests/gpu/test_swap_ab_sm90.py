@@ -23,7 +23,7 @@ SWAP = [GemmConfig(128, 192, swap_ab=True), GemmConfig(128, 128, splits=2, swap_
         GemmConfig(64, 128, schedule="pingpong", splits=3, swap_ab=True),
         # four weight tiles share the tokens' panel (B, swapped) by multicast
         GemmConfig(64, 160, schedule="pingpong", splits=2, cluster_m=4, swap_ab=True),
-        GemmConfig(128, 96, cluster_m=4, swap_ab=True),
+        GemmConfig(128, 96, cluster_m=4, swap_ab=True), GemmConfig(128, 160, cluster_m=4, cluster_n=2, swap_ab=True),
         GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, edge=True, swap_ab=True)]
 # L, M (tokens), N (weights), K; N a multiple of 8 (the kernel's output columns are its rows)
 SHAPES = [(1, 1, 264, 520), (1, 16, 4104, 4096), (1, 100, 1000, 776), (1, 192, 8192, 2048), (2, 320, 328, 264),

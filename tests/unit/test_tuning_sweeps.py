@@ -225,6 +225,9 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     assert {(c.cluster_m, c.cluster_n) for c in cands[1:]} == {(1, 1), (4, 1), (4, 2)}
     assert all(c.swap_ab and c.tile_m == 64 and c.splits == 1 for c in cands[1:])
     assert sp.cluster_candidates(table, 4096, 4096, 144)[0].tile_n == 64  # no entry: the new tiles only
+    wide = [c for c in sp.cluster_candidates(table, *o, 320) if c.tile_m == 128]  # above 192 tokens
+    assert {(c.tile_n, c.cluster_m, c.cluster_n) for c in wide} == {(w, 4, cn) for w in (128, 160, 192, 256)
+                                                                   for cn in (1, 2)}
     ran = []
 
     def gemm(a, b, *, config, out):
