@@ -96,6 +96,7 @@ def _probe_configs_arguments(p):
 def _probe_configs(args, p) -> int:
     from ..configs import GemmConfig
     from ..problem import UnsupportedGemmError
+    from ..validation.bench import kernels_per_call
     from ..validation.probe_configs import PICK, PROBE_DTYPES, config_ab
 
     wanted = mnk_list(p, args.shapes)
@@ -110,8 +111,6 @@ def _probe_configs(args, p) -> int:
                 p.error(f"--configs: {e}")
     if not configs or args.rounds < 1:
         p.error("--configs needs a name or 'pick', --rounds at least 1")
-    from ..validation.bench import kernels_per_call
-
     rows = config_ab([(d, c, s) for d in dtypes for s in wanted for c in configs], rounds=args.rounds,
                      peer_kernels=kernels_per_call if args.peer_kernels else None)
     write_json(args.json, rows)

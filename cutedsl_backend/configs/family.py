@@ -26,6 +26,9 @@ class ArchFamily:
     short_a_loads: bool = False  # the kernel loads only GemmConfig.a_rows rows of A
     swap_ab: bool = False  # the kernel stores a column-major output (GemmConfig.swap_ab)
     gated: bool = False  # the kernel takes the gated epilogue (EpilogueSpec.gated)
+    # the thread-block clusters (cluster_m, cluster_n) the kernel takes (A multicast along N, B along M)
+    cluster_shapes: tuple = ((1, 1), (2, 1), (1, 2), (2, 2))
+    four_row_clusters: tuple = ()  # those of cluster_shapes with four row tiles
     # the clusters (cluster_m, cluster_n) the ranking offers the gated kernel; None: every one it takes
     gated_ranked_clusters: Optional[tuple] = None
     min_tile_n: int = 2 * EPI_TILE_N

@@ -161,11 +161,7 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
     operands, merged = _merged_rows(rows)
     entries = []
     for (n, k, m), slot in sorted(merged.items()):
-        times = slot["times"]
-        best = min(times, key=lambda name: (times[name], name))
-        model_ms = times.get(slot["pick"], math.inf)
-        kept = slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best
-        entries.append(_entry(n, k, m, kept, slot))
+        entries.append(_entry(n, k, m, _kept(slot["times"], slot["pick"], min_gain), slot))
     return MeasuredTable(gpu, arch, operands, source, tuple(entries))
 
 
@@ -187,17 +183,23 @@ def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
         times = slot["times"]
         if not times:
             continue
-        best = min(times, key=lambda name: (times[name], name))
         old = by_cell.get((n, k, m))
         if old is not None and old.config is not None and old.config.tiling().name not in slot["wrong"]:
-            old_ms = times.get(old.config.tiling().name)
-            if old_ms is not None and times[best] * (1 + min_gain) < old_ms:
-                by_cell[(n, k, m)] = _entry(n, k, m, best, slot)
+            name = old.config.tiling().name
+            kept = _kept(times, name, min_gain) if name in times else name  # not timed: kept as it was
+            if kept != name:
+                by_cell[(n, k, m)] = _entry(n, k, m, kept, slot)
             continue
-        model_ms = times.get(slot["pick"], math.inf)
-        by_cell[(n, k, m)] = _entry(n, k, m, slot["pick"] if times[best] * (1 + min_gain) >= model_ms else best, slot)
+        by_cell[(n, k, m)] = _entry(n, k, m, _kept(times, slot["pick"], min_gain), slot)
     return MeasuredTable(table.gpu, table.arch, table.operands, f"{table.source}; then updated: {source}",
                          tuple(by_cell[key] for key in sorted(by_cell)))
+
+
+def _kept(times: dict, baseline: str, min_gain: float) -> str:
+    """``baseline`` unless the fastest of ``times`` (config name -> ms) beat it by more than
+    ``min_gain``, or it was not timed: then the fastest."""
+    best = min(times, key=lambda name: (times[name], name))
+    return baseline if times[best] * (1 + min_gain) >= times.get(baseline, math.inf) else best
 
 
 def _entry(n: int, k: int, m: int, kept: str, slot: dict) -> MeasuredEntry:

@@ -418,10 +418,8 @@ class SwapModel:
                 for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 192)]
         out += [GemmConfig(tm, tn, schedule=sched, cluster_n=2, arch=arch, swap_ab=True)
                 for tm, sched in ((128, "cooperative"), (64, "pingpong")) for tn in (128, 160, 192)]
-        if arch != "sm90a":  # four-row clusters are verified on sm90a only (configs.rules)
-            return out
-        return out + [GemmConfig(64, tn, schedule="pingpong", cluster_m=4, cluster_n=cn, arch=arch, swap_ab=True)
-                      for tn in (64, 96, 128, 160) for cn in (1, 2)]
+        return out + [GemmConfig(64, tn, schedule="pingpong", cluster_m=cm, cluster_n=cn, arch=arch, swap_ab=True)
+                      for tn in (64, 96, 128, 160) for cm, cn in family(arch).four_row_clusters]
 
 
 # 16-bit: swap-AB from 96 tokens with tiles exactly 96 tokens wide, at the full rate up to 128

@@ -8,13 +8,8 @@ from typing import Iterable, Optional
 
 from ..problem import ALIGN_BYTES, GemmProblem, UnsupportedGemmError, dtype_bits
 from .config import MAX_SPLITS, RASTERS, SCHEDULES, SHORT_A_ROWS, GemmConfig, natural_tile_k
-from .families import epilogue_smem_bytes, family, max_stages
+from .families import FAMILIES, epilogue_smem_bytes, family, max_stages
 from .resources import EPI_TILE_N, SMEM_RESERVED, STREAM_K_MAX_CLUSTERS, smem_bytes_per_stage, split_k_workspace
-
-# thread-block cluster shapes (M x N). 4 x 1: four CTAs over consecutive row tiles share one B
-# panel by multicast, the shape cuBLAS runs few- and mid-token GEMMs with (its nvjet kernels' 4x1):
-# swapped, B is the tokens, which every 64-row weight tile would otherwise read from L2 again.
-CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (4, 2))
 
 
 def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
@@ -33,14 +28,14 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
         raise UnsupportedGemmError(f"group {cfg.group}: must be in 1..64")
     if not (1 <= cfg.splits <= MAX_SPLITS):
         raise UnsupportedGemmError(f"splits {cfg.splits}: must be in 1..{MAX_SPLITS}")
-    if (cfg.cluster_m, cfg.cluster_n) not in CLUSTER_SHAPES:
-        raise UnsupportedGemmError(
-            f"cluster {cfg.cluster_m}x{cfg.cluster_n}: must be one of "
-            + ", ".join(f"{m}x{n}" for m, n in CLUSTER_SHAPES)
-        )
-    if cfg.cluster_m == 4 and cfg.arch != "sm90a":
-        raise UnsupportedGemmError(f"cluster {cfg.cluster_m}x{cfg.cluster_n}: four-row clusters are verified on "
-                                   f"sm90a only, not {cfg.arch}")
+    shape = (cfg.cluster_m, cfg.cluster_n)
+    if shape not in fam.cluster_shapes:
+        elsewhere = [f.arch for f in FAMILIES.values() if shape in f.four_row_clusters]
+        if elsewhere:
+            raise UnsupportedGemmError(f"cluster {cfg.cluster_m}x{cfg.cluster_n}: four-row clusters are verified "
+                                       f"on {', '.join(elsewhere)} only, not {cfg.arch}")
+        raise UnsupportedGemmError(f"cluster {cfg.cluster_m}x{cfg.cluster_n}: must be one of "
+                                   + ", ".join(f"{m}x{n}" for m, n in fam.cluster_shapes))
     tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
     if tile_k != natural_tile_k(problem.dtype):
         raise UnsupportedGemmError(

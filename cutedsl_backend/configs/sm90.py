@@ -35,6 +35,10 @@ class Sm90Family(ArchFamily):
     gated_ranked_clusters = ((1, 1), (1, 2))
     # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
     min_tile_n = EPI_TILE_N
+    # and four row tiles sharing B's panel (4 x 1, 4 x 2): swapped, B is the tokens, which every
+    # 64-row weight tile would otherwise read from L2 again; cuBLAS runs 4 x 2 at 80-160 tokens
+    four_row_clusters = ((4, 1), (4, 2))
+    cluster_shapes = ArchFamily.cluster_shapes + four_row_clusters
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         return SM90_MAX_TILE_N if cfg.schedule == "cooperative" else MAX_MMA_N

@@ -124,7 +124,7 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
     runs after it)."""
     from ..configs import GemmConfig
     from ..problem import UnsupportedGemmError
-    from .bench import round_ratio
+    from .bench import kernels_text, round_ratio
 
     if time_calls is None:
         from .bench import alternated_graph_ms as time_calls
@@ -174,7 +174,5 @@ def config_ab(cases, rounds: int = 5, log=print, time_calls: Optional[Callable] 
         for row in rows[first:end]:
             row["peer_kernels"] = kernels
         r = rows[first]
-        log(f"{r['dtype']:15s} {r['m']}x{r['n']}x{r['k']} peer: " + "; ".join(
-            f"{k['name']} {k['us']:.2f} us" + (f" (x{k['launches']:g})" if k["launches"] != 1 else "")
-            for k in kernels))
+        log(f"{r['dtype']:15s} {r['m']}x{r['n']}x{r['k']} peer: {kernels_text(kernels)}")
     return rows

@@ -34,9 +34,9 @@ def prior_candidates(prior, n: int, k: int, m: int) -> list:
     64-row swap-AB tile up to 160 tokens wide without K slices also with 4x1 and 4x2 (where the
     H100's cluster sweeps found those fastest): the candidates of a sweep that re-measures that
     table on this GPU (a dozen or two per cell instead of the whole space; which cluster wins moved
-    between the H100 and H200). Near: up to 64 tokens
-    the few-token entry that would serve ``m`` (the smallest measured M at or above it loading the
-    same rows of A, configs.decode_a_rows), else the entries measured within a factor 2 of ``m``."""
+    between the H100 and H200). Near: up to 64 tokens the few-token entry that would serve ``m``
+    (the smallest measured M at or above it loading the same rows of A, configs.decode_a_rows),
+    else the entries measured within a factor 2 of ``m``."""
     from ..configs.config import DECODE_MAX_M, decode_a_rows
 
     mine = [e for e in prior.entries if (e.n, e.k) == (n, k) and e.config is not None]
@@ -47,14 +47,20 @@ def prior_candidates(prior, n: int, k: int, m: int) -> list:
         near = [e.config.tiling() for e in mine if m / 2 <= e.m <= 2 * m]
     return list(dict.fromkeys(c.replace(cluster_m=cm, cluster_n=cn) for c in near
                               for cm, cn in ((c.cluster_m, c.cluster_n), (1, 1), (2, 1), (1, 2))
-                              + (((4, 1), (4, 2)) if _four_row_candidate(c) else ())))
+                              + (four_row_clusters(c.arch) if _four_row_candidate(c) else ())))
+
+
+def four_row_clusters(arch: str = "sm90a") -> tuple:
+    """The clusters of four row tiles ``arch``'s kernel takes (configs.family; none on sm100a)."""
+    from ..configs.families import family
+
+    return family(arch).four_row_clusters
 
 
 def _four_row_candidate(cfg) -> bool:
     """Whether a prior sweep also times ``cfg`` in clusters of four weight tiles: a 64-row swap-AB
-    tile up to 160 tokens wide without K slices on sm90a (:func:`cluster_candidates`' kind)."""
-    return (cfg.arch == "sm90a" and cfg.swap_ab and cfg.tile_m == 64 and cfg.splits == 1
-            and cfg.tile_n <= CLUSTER_WIDTHS[-1])
+    tile up to 160 tokens wide without K slices (:func:`cluster_candidates`' kind)."""
+    return cfg.swap_ab and cfg.tile_m == 64 and cfg.splits == 1 and cfg.tile_n <= CLUSTER_WIDTHS[-1]
 
 
 # the token widths of the 64-row swap-AB tiles clustered four along the weights
@@ -65,8 +71,8 @@ WIDE_CLUSTER_FROM = 192
 
 
 def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -> list:
-    """The configs of a sweep that tries four-row clusters (configs.rules.CLUSTER_SHAPES 4x1 and
-    4x2) against a table's choice: the entry of ``prior`` (this GPU's table) serving (n, k) at ``m``
+    """The configs of a sweep that tries four-row clusters (:func:`four_row_clusters`: 4x1 and 4x2)
+    against a table's choice: the entry of ``prior`` (this GPU's table) serving (n, k) at ``m``
     tokens, if any, then 64-row ping-pong swap-AB tiles of each :data:`CLUSTER_WIDTHS` width that
     cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
     weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
@@ -80,11 +86,12 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     problem, spec = sweep_problem(dtype, m, n, k)
     entry = prior.entry(problem, spec) if prior is not None else None
     out = [entry.config.tiling()] if entry is not None else []
+    four = four_row_clusters(problem.arch)
     out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
-            for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), (4, 1), (4, 2))]
+            for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), *four)]
     if m > WIDE_CLUSTER_FROM:
-        out += [GemmConfig(128, w, cluster_m=4, cluster_n=cn, swap_ab=True)
-                for w in WIDE_CLUSTER_WIDTHS if -(-m // w) <= 3 for cn in (1, 2)]
+        out += [GemmConfig(128, w, cluster_m=cm, cluster_n=cn, swap_ab=True)
+                for w in WIDE_CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in four]
     return list(dict.fromkeys(out))
 
 
