@@ -62,12 +62,12 @@ def _sweep_fp8(args, p) -> int:
 
 def _sweep_decode_arguments(p):
     p.add_argument("--ms", default="1,8,16,32,48,64", help="token counts (comma-separated)")
-    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap", "prior", "clusters"],
+    p.add_argument("--space", default="decode", choices=["decode", "mid", "swap", "prior", "clusters", "waves"],
                    help="the candidates: few-token (split-K, short A loads), a few hundred tokens, swap-AB, "
-                   "those a --prior table names near each cell, or four-row clusters of swap-AB tiles against the "
-                   "--prior table's choice (this GPU's own)")
+                   "those a --prior table names near each cell, or against the --prior table's choice (this GPU's "
+                   "own) four-row clusters of swap-AB tiles or tile widths that fill the waves better")
     p.add_argument("--prior", help="a config table (JSON): measured on another GPU for --space prior, on this one "
-                   "for --space clusters")
+                   "for --space clusters and waves")
     p.add_argument("--models", help="only these models' projections (comma-separated, e.g. llama3-8b,qwen2.5-7b)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "fp8_tensorwise", "fp8_tensorwise_fast"],
                    help="bf16 against cuBLAS, or e4m3 with scalar scales against torch._scaled_mm (its default "
@@ -85,8 +85,8 @@ def _sweep_decode(args, p) -> int:
         write_json(args.json, rows, atomic=True)
 
     prior = None
-    if (args.space in ("prior", "clusters")) != bool(args.prior):
-        p.error("--space prior or clusters and --prior TABLE go together")
+    if (args.space in ("prior", "clusters", "waves")) != bool(args.prior):
+        p.error("--space prior, clusters or waves and --prior TABLE go together")
     if args.prior:
         from ..configs.measured import SWEEP_OPERANDS
         from ..validation.tune import load_prior
@@ -100,12 +100,12 @@ def _sweep_decode(args, p) -> int:
                     f"{SWEEP_OPERANDS[args.dtype]} operands")
         if args.stream_k:
             p.error(f"--space {args.space} times the prior's configs as named: no --stream-k")
-        if args.space == "clusters":
+        if args.space in ("clusters", "waves"):
             import torch
 
             here = torch.cuda.get_device_name() if torch.cuda.is_available() else None
             if prior.gpu != here:
-                p.error(f"--space clusters measures this GPU's own table: --prior {args.prior} is {prior.gpu}'s, "
+                p.error(f"--space {args.space} measures this GPU's own table: --prior {args.prior} is {prior.gpu}'s, "
                         f"this GPU is {here}")
     save(sweep_decode(tuple(int(m) for m in args.ms.split(",")), space=args.space, models=names(args.models),
                       dtype=args.dtype, checkpoint=save, stream_k=args.stream_k, prior=prior))

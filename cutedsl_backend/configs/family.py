@@ -32,6 +32,7 @@ class ArchFamily:
     # the clusters (cluster_m, cluster_n) the ranking offers the gated kernel; None: every one it takes
     gated_ranked_clusters: Optional[tuple] = None
     min_tile_n: int = 2 * EPI_TILE_N
+    tile_n_step: int = EPI_TILE_N  # tile_n is a multiple of this
 
     def max_tile_n(self, cfg: GemmConfig) -> int:
         raise NotImplementedError

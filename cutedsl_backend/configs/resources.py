@@ -16,6 +16,16 @@ SMEM_RESERVED = 1024
 EPI_STAGES = 4
 # Epilogue sub-tile width (columns of the CTA tile stored per step).
 EPI_TILE_N = 32
+
+
+def epilogue_tile_n(tile_n: int) -> int:
+    """The epilogue sub-tile width of a ``tile_n`` wide tile: :data:`EPI_TILE_N`, or for the
+    sm90a widths that are multiples of 16 only (144, 176, ...: tiles that cut a projection into
+    whole waves) the widest of 48 and 16 dividing it (stmatrix stores 16 columns at a time)."""
+    for width in (EPI_TILE_N, 48, 16):
+        if tile_n % width == 0:
+            return width
+    raise ValueError(f"tile_n {tile_n}: not a multiple of 16")
 # Residual sub-tiles in flight per epilogue warp group when TMA loads them (sm90a): the next
 # ones load while the current one is applied. Four: the cooperative epilogue is not overlapped
 # with a mainloop, so its loads need the slack; on the 128x256 cooperative and 128x128 ping-pong

@@ -109,8 +109,9 @@ def check_config(cfg: GemmConfig, problem: GemmProblem, epilogue=None) -> None:
             raise UnsupportedGemmError("stream_k: its workspace would exceed 2^31 elements (a problem this large "
                                        "has tiles enough for every SM)")
     max_n, min_n = fam.max_tile_n(cfg), fam.min_tile_n
-    if cfg.tile_n % EPI_TILE_N or not (min_n <= cfg.tile_n <= max_n):
-        raise UnsupportedGemmError(f"tile_n {cfg.tile_n}: must be a multiple of 32 in {min_n}..{max_n}")
+    if cfg.tile_n % fam.tile_n_step or not (min_n <= cfg.tile_n <= max_n):
+        raise UnsupportedGemmError(
+            f"tile_n {cfg.tile_n}: must be a multiple of {fam.tile_n_step} in {min_n}..{max_n}")
     fam.check(cfg, problem)
     if epilogue is not None and getattr(epilogue, "gated", None):
         if not fam.gated:

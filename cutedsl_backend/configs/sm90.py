@@ -14,6 +14,7 @@ from .resources import (
     MAX_MMA_N,
     SM90_MAX_TILE_N,
     acc_regs_per_thread,
+    epilogue_tile_n,
     promoted_acc_copies,
 )
 
@@ -35,6 +36,9 @@ class Sm90Family(ArchFamily):
     gated_ranked_clusters = ((1, 1), (1, 2))
     # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
     min_tile_n = EPI_TILE_N
+    # tile widths in steps of 16 (stmatrix's width): 144 cuts 576 and 4608 columns into whole
+    # tiles, as cuBLAS's 144-wide tiles do, where 128 and 192 leave most of a wave idle
+    tile_n_step = 16
     # and four row tiles sharing B's panel (4 x 1, 4 x 2): swapped, B is the tokens, which every
     # 64-row weight tile would otherwise read from L2 again; cuBLAS runs 4 x 2 at 80-160 tokens
     four_row_clusters = ((4, 1), (4, 2))
@@ -48,9 +52,8 @@ class Sm90Family(ArchFamily):
         return 2 if cfg.schedule == "pingpong" else 1
 
     def epilogue_tile(self, cfg: GemmConfig, problem=None, epilogue=None) -> tuple[int, int]:
-        if cfg.schedule == "pingpong":
-            return (64, EPI_TILE_N)
-        return super().epilogue_tile(cfg)
+        rows = 64 if cfg.schedule == "pingpong" else super().epilogue_tile(cfg)[0]
+        return (rows, epilogue_tile_n(cfg.tile_n))
 
     def check(self, cfg: GemmConfig, problem: GemmProblem) -> None:
         if cfg.two_cta:

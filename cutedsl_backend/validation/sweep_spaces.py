@@ -95,6 +95,36 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     return list(dict.fromkeys(out))
 
 
+# the 128-row tile widths a waves sweep tries: steps of 16 between the tuning space's 128, 192
+# and 256 (144 cuts 576 and 4608 columns into whole tiles, as cuBLAS's 144-wide tiles do)
+WAVE_WIDTHS = (144, 160, 176, 208, 224, 240)
+# a width is tried where it fills the SMs' waves this much better than the cell's baseline
+WAVE_GAIN = 0.02
+
+
+def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_sms: int = 132) -> list:
+    """The configs of a sweep that tries tile widths cutting a projection into whole waves
+    (``sweep-decode --space waves``) against a table's choice: the entry of ``prior`` (this GPU's
+    table) serving (n, k) at ``m`` tokens, if any, and the models' pick, then 128-row cooperative
+    tiles of each :data:`WAVE_WIDTHS` width, without a cluster and in 2 x 1 and 1 x 2, where the
+    width fills the waves of persistent tiles (configs.wave_efficiency) more than
+    :data:`WAVE_GAIN` better than the entry (else the pick) does. Where few tiles make the waves
+    (a few hundred tokens on 4608 x 3584, 576 x 7168 at 4096) a width off the 64-column grid is
+    how cuBLAS keeps every SM busy."""
+    from ..configs import GemmConfig, default_config, wave_efficiency
+
+    problem, spec = sweep_problem(dtype, m, n, k)
+    entry = prior.entry(problem, spec) if prior is not None else None
+    base = entry.config.tiling() if entry is not None else default_config(problem, num_sms, spec).tiling()
+    target = wave_efficiency(base, problem.swapped() if base.swap_ab else problem, num_sms) + WAVE_GAIN
+    out = [base]
+    for w in WAVE_WIDTHS:
+        tile = GemmConfig(128, w)
+        if wave_efficiency(tile, problem, num_sms) > target:
+            out += [tile.replace(cluster_m=cm, cluster_n=cn) for cm, cn in ((1, 1), (2, 1), (1, 2))]
+    return list(dict.fromkeys(out))
+
+
 def sweep_problem(dtype: str, m: int, n: int, k: int):
     """(problem, epilogue spec) a ``sweep-decode`` row of ``dtype`` (:data:`SWEEP_OPERANDS`) times:
     nn.Linear's layout on sm90a, bf16 out; e4m3 with scalar scales for the fp8 dtypes."""

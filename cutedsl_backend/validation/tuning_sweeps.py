@@ -16,6 +16,7 @@ from .sweep_spaces import (
     prior_candidates,
     swap_candidates,
     sweep_problem,
+    wave_candidates,
 )
 
 
@@ -188,8 +189,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
     :func:`prior_candidates` of the table ``prior``, "clusters": per cell
     :func:`cluster_candidates` against ``prior``, this GPU's own table, at token counts above the
-    few-token range, each timed as the dispatcher runs it, configs.as_run, and recorded under its
-    tiling's name) on every unique projection of the
+    few-token range, "waves": per cell :func:`wave_candidates` against ``prior``, only the cells
+    where a width fills the waves better; these two each timed as the dispatcher runs it,
+    configs.as_run, and recorded under its tiling's name) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
     "bfloat16" (peer: cuBLAS through torch.matmul), "fp8_tensorwise" (e4m3 -> bf16, scalar scales,
@@ -223,19 +225,22 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fp8 = dtype.startswith("fp8")
     fast = dtype == "fp8_tensorwise_fast"
     projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
-    if space in ("prior", "clusters"):
+    measured_here = ("clusters", "waves")  # spaces against this GPU's own table, timed as run
+    if space in ("prior", *measured_here):
         if prior is None or stream_k:
             raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
                              "(no stream-K forms)")
-        if space == "clusters" and min(ms) <= DECODE_MAX_M:
+        if space in measured_here and min(ms) <= DECODE_MAX_M:
             # a few-token entry serves every M loading the same rows of A (configs.measured); a swap
             # entry there would serve only the M within sqrt(2) below it, the rest left to the models
-            raise ValueError(f"sweep_decode: space 'clusters' measures token counts above {DECODE_MAX_M}")
-        cell_cands = {(n, k, m): (prior_candidates(prior, n, k, m) if space == "prior"
-                                  else cluster_candidates(prior, n, k, m, dtype))
+            raise ValueError(f"sweep_decode: space {space!r} measures token counts above {DECODE_MAX_M}")
+        space_of = {"prior": prior_candidates, "clusters": cluster_candidates, "waves": wave_candidates}
+        cell_cands = {(n, k, m): space_of[space](prior, n, k, m, *([dtype] if space != "prior" else []))
                       for n, k in ((p.n, p.k) for p in projections) for m in ms}
+        if space == "waves":  # a cell where no width fills the waves better has nothing to compare
+            cell_cands = {cell: cs for cell, cs in cell_cands.items() if len(cs) > 1}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
-        if space == "clusters":  # and the moved forms the cells run (configs.as_run), compiled ahead too
+        if space in measured_here:  # and the moved forms the cells run (configs.as_run), compiled ahead too
             cands = list(dict.fromkeys(cands + [as_run(c, sweep_problem(dtype, m, n, k)[0], spec)
                                                 for (n, k, m), cs in cell_cands.items() for c in cs]))
     else:
@@ -264,6 +269,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         w = torch.randn(n, k, device=device)
         w = w.to(torch.float8_e4m3fn) if fp8 else w.to(torch.bfloat16)
         for m in ms:
+            if space == "waves" and (n, k, m) not in cell_cands:
+                continue
             a = torch.randn(m, k, device=device)
             a = a.to(torch.float8_e4m3fn) if fp8 else a.to(torch.bfloat16)
             o = torch.empty(m, n, device=device, dtype=torch.bfloat16)
@@ -285,12 +292,13 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # moved tiles and dependent launch, go on top of whichever config a table names)
             pick = default_config(problem, epilogue=spec).tiling()
             extra = [pick]
-            if space in ("swap", "prior", "clusters"):  # and the ranking's unswapped pick, which a swap pick replaces
+            # and the ranking's unswapped pick, which a swap pick replaces
+            if space in ("swap", "prior", *measured_here):
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())
             times, wrong = {}, {}
             here = cell_cands.get((n, k, m), cands)
             for name_c in here + [c for c in dict.fromkeys(extra) if c not in here]:
-                c = as_run(name_c, problem, spec) if space == "clusters" else name_c
+                c = as_run(name_c, problem, spec) if space in measured_here else name_c
                 if {name_c.name, c.name} & failed or not is_valid(c, kernel_problem(problem, c)):
                     continue
                 if space == "decode" and c not in extra and c.a_rows != decode_a_rows(m):

@@ -42,3 +42,18 @@ def early_loads_consumed_after_mainloop(sass: str) -> list:
             use = next(j for j in range(i + 1, len(ins)) if re.search(r"\b" + m.group(1) + r"\b", ins[j]))
             found.append((m.group(1), use, mma[-1]))
     return found
+
+
+def compiles_with_the_gates(problem, cfg, spec) -> None:
+    """``cfg``'s kernel for ``problem`` and ``spec``: MMAs (FP8 ones for FP8 operands), TMA loads
+    and stores, nothing spilled, within the per-cell compile budget."""
+    from cutedsl_backend.build import compile_kernel
+    from cutedsl_backend.compiler import resolve
+    from cutedsl_backend.validation.budgets import load_budgets
+
+    cg = compile_kernel(problem, resolve(problem, cfg, spec))
+    counts = cg.sass_counts()
+    assert counts["QGMMA" if "float8" in problem.dtype else "HGMMA"] > 0, counts
+    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
+    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
+    assert cg.compile_seconds <= load_budgets()["families"]["sm90a/gemm"]["cell_max_s"], cg.compile_seconds

@@ -13,6 +13,7 @@ from cutedsl_backend.validation.budgets import check_budgets, load_budgets
 from cutedsl_backend.validation.matrix import REQUIRED_SASS
 
 from .sass import assert_waits_first, early_loads_consumed_after_mainloop, opcodes
+from .sass import compiles_with_the_gates as _compiles_with_the_gates
 
 pytestmark = pytest.mark.compile
 BUDGET = load_budgets()["families"]["sm90a/gemm"]
@@ -244,20 +245,6 @@ def test_split_k_and_short_a_loads_compile_with_gates(cfg):
     partials = cfg.splits > 1 or cfg.stream_k
     assert (counts["ATOMG"] > 0) == partials, counts
     assert ("LDG.E.STRONG.GPU" in k.sass() or "LDG.E.STRONG" in k.sass()) == partials
-
-
-def _compiles_with_the_gates(problem, cfg, spec) -> None:
-    """``cfg``'s kernel for ``problem`` and ``spec``: MMAs (FP8 ones for FP8 operands), TMA loads
-    and stores, nothing spilled, within the per-cell compile budget."""
-    from cutedsl_backend.build import compile_kernel
-    from cutedsl_backend.compiler import resolve
-
-    cg = compile_kernel(problem, resolve(problem, cfg, spec))
-    counts = cg.sass_counts()
-    assert counts["QGMMA" if "float8" in problem.dtype else "HGMMA"] > 0, counts
-    assert counts["UTMALDG"] > 0 and counts["UTMASTG"] > 0, counts
-    assert counts["LDL"] == 0 and counts["STL"] == 0 and cg.resources.local_bytes == 0, (counts, cg.resources)
-    assert cg.compile_seconds <= BUDGET["cell_max_s"], cg.compile_seconds
 
 
 def _shipped_table_kernels() -> list:

@@ -146,7 +146,7 @@ P = GemmProblem(4096, 4096, 4096)
     (GemmConfig(64, 128, schedule="cooperative"), "tile_m"),
     (GemmConfig(256, 128, schedule="pingpong"), "tile_m"),
     (GemmConfig(128, 256, schedule="pingpong"), "accumulator registers"),
-    (GemmConfig(128, 80), "tile_n"),
+    (GemmConfig(128, 72), "multiple of 16"),
     (GemmConfig(128, 128, cluster_n=4), "cluster"),
     (GemmConfig(128, 128, tile_k=32), "tile_k"),
     (GemmConfig(128, 128, stages=12), "shared memory"),

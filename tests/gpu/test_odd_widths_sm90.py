@@ -1,0 +1,62 @@
+"""Tiles whose width is a multiple of 16 but not of 32 on a Hopper GPU (144, 176, 208, 240 columns;
+80 and 112 tokens swapped): their epilogue stores 48- or 16-column sub-tiles
+(configs.resources.epilogue_tile_n). Numerics against a float64 reference (output poisoned with
+NaN) over tails, batches, both operand majors, clusters, K slices, stream-K, edge tiles, fused
+epilogues with a TMA-loaded and a gathered residual, and FP8 scales; bitwise determinism of the
+K-sliced form. Skipped, with the reason, without an sm90 GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cutedsl_backend.configs import GemmConfig  # noqa: E402
+
+from .operands import (  # noqa: E402
+    check_bitwise_deterministic,
+    check_config_over_shapes,
+    check_fused_epilogue,
+    check_scaled_mm,
+    each_layout,
+)
+
+pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
+ODD = [GemmConfig(128, 144), GemmConfig(128, 144, cluster_n=2), GemmConfig(128, 176, cluster_m=2),
+       GemmConfig(128, 208), GemmConfig(128, 240, edge=True), GemmConfig(128, 144, splits=2),
+       GemmConfig(128, 144, stream_k=True), GemmConfig(128, 144, schedule="pingpong"),
+       GemmConfig(64, 80, schedule="pingpong", swap_ab=True),
+       GemmConfig(64, 112, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True),
+       GemmConfig(64, 144, schedule="pingpong", swap_ab=True)]
+# L, M, N, K: tails in every dimension (N not a multiple of any width), whole waves of 144-wide
+# tiles (4096 x 576, 1024 x 4608), batches
+SHAPES = [(1, 1, 200, 520), (3, 77, 328, 1000), (1, 1024, 4608, 3584), (1, 4096, 576, 1024), (2, 130, 488, 4104),
+          (1, 700, 1496, 1032)]
+SEED = 7144
+
+
+@pytest.mark.parametrize("cfg", ODD, ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@each_layout
+def test_odd_widths(cfg, dtype, layout):
+    check_config_over_shapes(cfg, dtype, layout, SHAPES, SEED)
+
+
+@pytest.mark.epilogue("fused")
+@pytest.mark.parametrize("cfg", [ODD[0], ODD[3], ODD[5], ODD[8]], ids=lambda c: c.name)
+@pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
+def test_odd_widths_fused_epilogue(cfg, aligned):
+    check_fused_epilogue(cfg, (2, 200, 456, 1064), SEED, aligned, "gelu_tanh")
+
+
+@pytest.mark.epilogue("scales")
+@pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("cfg, fast", [(GemmConfig(128, 144), False), (GemmConfig(128, 176, cluster_n=2), False),
+                                       (GemmConfig(128, 240), True),
+                                       (GemmConfig(64, 80, schedule="pingpong", swap_ab=True), False)],
+                         ids=["144-precise", "176-precise", "240-fast", "swap-80"])
+def test_odd_widths_fp8(kind, cfg, fast):
+    """Precise FP8 (two fp32 accumulators) takes 144 and 176: the rules refuse 240 without fast_accum."""
+    check_scaled_mm(cfg, kind, (320, 4104, 4096), SEED, fast)
+
+
+def test_odd_width_k_slices_are_bitwise_deterministic():
+    check_bitwise_deterministic(GemmConfig(128, 144, splits=3), 256, 576, 7168, SEED)

@@ -1,0 +1,81 @@
+"""The waves sweep on the CPU (``sweep-decode --space waves``): which tile widths it tries per
+cell (those that fill the SMs' waves better than the cell's table entry or pick), that it skips
+the cells where none does and times every candidate, and its command line."""
+
+import argparse
+from unittest import mock
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, wave_efficiency
+from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable
+from cutedsl_backend.problem import GemmProblem
+from cutedsl_backend.validation import sweep_spaces as sp
+
+KV_A = (576, 7168)  # deepseek-v3's kv_a projection
+GPU = "NVIDIA Test GPU"
+
+
+def table(*entries):
+    return MeasuredTable(GPU, "sm90a", "16bit", "unit test", tuple(entries))
+
+
+def test_wave_widths_are_tried_where_they_fill_the_waves_better():
+    served = GemmConfig(128, 192, cluster_m=2)
+    t = table(MeasuredEntry(*KV_A, 4096, served, 0.06, 0.05, 0.06))
+    cands = sp.wave_candidates(t, *KV_A, 4096)
+    assert cands[0] == served
+    tried = cands[1:]
+    # 144 columns: 4 x 32 = 128 tiles, one wave of 132 SMs (192: 3 x 32 = 96, 0.73 of one)
+    assert GemmConfig(128, 144) in tried
+    problem = GemmProblem(4096, *KV_A, b_major="k")
+    base = wave_efficiency(served, problem)
+    assert all(wave_efficiency(c, problem) > base + sp.WAVE_GAIN for c in tried)
+    assert {(c.cluster_m, c.cluster_n) for c in tried} == {(1, 1), (2, 1), (1, 2)}
+    assert all(c.tile_m == 128 and c.schedule == "cooperative" and c.tile_n in sp.WAVE_WIDTHS for c in tried)
+
+
+def test_a_cell_whose_tiles_already_fill_the_waves_tries_nothing_new():
+    # 8192 x 8192 at 4096 tokens: 32 x 32 tiles of 128 x 256, 1024 = 7.76 waves
+    full = GemmConfig(128, 256, cluster_m=2)
+    t = table(MeasuredEntry(8192, 8192, 4096, full, 0.3, 0.3, 0.3))
+    assert sp.wave_candidates(t, 8192, 8192, 4096) == [full]
+
+
+def test_the_waves_sweep_skips_cells_without_candidates_and_times_every_candidate():
+    import cutedsl_backend as cb
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    ran = []
+
+    def gemm(a, b, *, config, out):
+        ran.append(config)
+        return out.copy_((a.float() @ b.float()).to(out.dtype))
+
+    with mock.patch.object(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs]), \
+            mock.patch.object(cb, "gemm", gemm):
+        rows = ts.sweep_decode(ms=(200,), space="waves", prior=table(), models=["deepseek-v3"], log=lambda *a: None,
+                               device="cpu", timer=lambda fn: (fn(), 1.0)[1])
+    cells = {(r["n"], r["k"]) for r in rows}
+    assert cells and all(len(sp.wave_candidates(table(), n, k, 200)) > 1 for n, k in cells)
+    for row in rows:
+        assert set(row["times"]) >= {c.name for c in sp.wave_candidates(table(), row["n"], row["k"], 200)}
+    assert any(c.tile_n in sp.WAVE_WIDTHS for c in ran)
+    with pytest.raises(ValueError, match="above 64"):
+        ts.sweep_decode(ms=(48,), space="waves", prior=table(), models=["deepseek-v3"], device="cpu",
+                        timer=lambda fn: 1.0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--space", "waves"],  # no table
+    ["--space", "waves", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"],  # not an H100
+])
+def test_a_waves_sweep_needs_this_gpus_own_table(argv):
+    from cutedsl_backend.cli import tuning
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    parser = argparse.ArgumentParser()
+    tuning._sweep_decode_arguments(parser)
+    with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
+            pytest.raises(SystemExit):
+        tuning._sweep_decode(parser.parse_args(argv), parser)
