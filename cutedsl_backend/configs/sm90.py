@@ -35,7 +35,7 @@ class Sm90Family(ArchFamily):
     # tile measured 1.189x) unchanged; a mid-M rule needs more Ms measured first
     gated_ranked_clusters = ((1, 1), (1, 2))
     # one epilogue sub-tile wide tiles (few tokens: more tiles to spread the weights over)
-    min_tile_n = EPI_TILE_N
+    min_tile_n = 16
     # tile widths in steps of 16 (stmatrix's width): 144 cuts 576 and 4608 columns into whole
     # tiles, as cuBLAS's 144-wide tiles do, where 128 and 192 leave most of a wave idle
     tile_n_step = 16

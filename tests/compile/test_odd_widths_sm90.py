@@ -39,6 +39,9 @@ def test_sixteen_step_widths_compile(cfg, dtype, b_major, spec):
     (GemmConfig(64, 80, schedule="pingpong", swap_ab=True), "bfloat16", EpilogueSpec(bias="row")),
     (GemmConfig(64, 112, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True), "float8_e4m3fn", SCALARS),
     (GemmConfig(64, 144, schedule="pingpong", splits=2, swap_ab=True), "bfloat16", EpilogueSpec()),
+    (GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True), "float8_e4m3fn", SCALARS),
+    (GemmConfig(64, 16, schedule="pingpong", stages=16, swap_ab=True), "bfloat16", EpilogueSpec(bias="row",
+                                                                                             activation="silu")),
 ], ids=lambda x: getattr(x, "name", None) or getattr(x, "describe", lambda: str(x))())
 def test_sixteen_step_token_widths_compile_swapped(cfg, dtype, spec):
     problem = GemmProblem(144, 4096, 4096, 1, dtype, "bfloat16", "k", "k", "sm90a").swapped()

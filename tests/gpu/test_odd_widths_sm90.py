@@ -1,5 +1,5 @@
 """Tiles whose width is a multiple of 16 but not of 32 on a Hopper GPU (144, 176, 208, 240 columns;
-80 and 112 tokens swapped): their epilogue stores 48- or 16-column sub-tiles
+16, 80 and 112 tokens swapped): their epilogue stores 48- or 16-column sub-tiles
 (configs.resources.epilogue_tile_n). Numerics against a float64 reference (output poisoned with
 NaN) over tails, batches, both operand majors, clusters, K slices, stream-K, edge tiles, fused
 epilogues with a TMA-loaded and a gathered residual, and FP8 scales; bitwise determinism of the
@@ -25,7 +25,10 @@ ODD = [GemmConfig(128, 144), GemmConfig(128, 144, cluster_n=2), GemmConfig(128, 
        GemmConfig(128, 144, stream_k=True), GemmConfig(128, 144, schedule="pingpong"),
        GemmConfig(64, 80, schedule="pingpong", swap_ab=True),
        GemmConfig(64, 112, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True),
-       GemmConfig(64, 144, schedule="pingpong", swap_ab=True)]
+       GemmConfig(64, 144, schedule="pingpong", swap_ab=True),
+       # 16 tokens per tile, deep pipelines (the few-token tiles cuBLAS runs: 64 x 16, 16 stages)
+       GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True),
+       GemmConfig(64, 16, schedule="pingpong", splits=2, stages=12, swap_ab=True)]
 # L, M, N, K: tails in every dimension (N not a multiple of any width), whole waves of 144-wide
 # tiles (4096 x 576, 1024 x 4608), batches
 SHAPES = [(1, 1, 200, 520), (3, 77, 328, 1000), (1, 1024, 4608, 3584), (1, 4096, 576, 1024), (2, 130, 488, 4104),
@@ -51,8 +54,10 @@ def test_odd_widths_fused_epilogue(cfg, aligned):
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("cfg, fast", [(GemmConfig(128, 144), False), (GemmConfig(128, 176, cluster_n=2), False),
                                        (GemmConfig(128, 240), True),
-                                       (GemmConfig(64, 80, schedule="pingpong", swap_ab=True), False)],
-                         ids=["144-precise", "176-precise", "240-fast", "swap-80"])
+                                       (GemmConfig(64, 80, schedule="pingpong", swap_ab=True), False),
+                                       (GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True),
+                                        False)],
+                         ids=["144-precise", "176-precise", "240-fast", "swap-80", "swap-16"])
 def test_odd_widths_fp8(kind, cfg, fast):
     """Precise FP8 (two fp32 accumulators) takes 144 and 176: the rules refuse 240 without fast_accum."""
     check_scaled_mm(cfg, kind, (320, 4104, 4096), SEED, fast)

@@ -38,6 +38,13 @@ def test_sm90_takes_the_16_step_widths(width, b_major):
     check_config(GemmConfig(128, width), GemmProblem(1024, 4608, 3584, b_major=b_major))
 
 
+def test_sm90_takes_16_token_swap_tiles_with_deep_pipelines():
+    # cuBLAS's few-token tile: 64 weight rows x 16 tokens, 16 stages (64 x 16 x 64 bf16: 10 KB each)
+    problem = GemmProblem(16, 4608, 3584, b_major="k").swapped()
+    check_config(GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True), problem)
+    assert epilogue_tile(GemmConfig(64, 16, schedule="pingpong")) == (64, 16)
+
+
 def test_the_16_step_widths_count_their_sub_tiles_in_shared_memory():
     # 4 staged sub-tiles of 128 x 48 bf16 against 128 x 32
     assert epilogue_smem_bytes(GemmConfig(128, 144), K_MAJOR) == 4 * 128 * 48 * 2
@@ -46,6 +53,7 @@ def test_the_16_step_widths_count_their_sub_tiles_in_shared_memory():
 
 @pytest.mark.parametrize("cfg, problem, rule", [
     (GemmConfig(128, 72), K_MAJOR, "multiple of 16"),
+    (GemmConfig(64, 8, schedule="pingpong"), K_MAJOR, "in 16..256"),
     (GemmConfig(128, 144, arch="sm100a"), GemmProblem(4096, 576, 7168, b_major="k", arch="sm100a"), "multiple of 32"),
     # precise fp8 keeps two fp32 accumulators: 128 x 240 needs 240 registers per thread
     (GemmConfig(128, 240), GemmProblem(1024, 4608, 3584, dtype="float8_e4m3fn", b_major="k"), "precise fp8"),
