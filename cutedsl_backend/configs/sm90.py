@@ -8,7 +8,6 @@ from ..problem import GemmProblem, UnsupportedGemmError
 from .config import RASTERS, GemmConfig
 from .family import ArchFamily
 from .resources import (
-    EPI_TILE_N,
     MAX_ACC_REGS_PER_THREAD,
     MAX_ACC_REGS_PER_THREAD_PROMOTED,
     MAX_MMA_N,
