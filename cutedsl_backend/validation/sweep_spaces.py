@@ -105,7 +105,8 @@ WAVE_GAIN = 0.02
 def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_sms: int = 132) -> list:
     """The configs of a sweep that tries tile widths cutting a projection into whole waves
     (``sweep-decode --space waves``) against a table's choice: the entry of ``prior`` (this GPU's
-    table) serving (n, k) at ``m`` tokens, if any, and the models' pick, then 128-row cooperative
+    table) serving (n, k) at ``m`` tokens, if any (and the models' pick where that entry was
+    measured at another M), else the models' pick, then 128-row cooperative
     tiles of each :data:`WAVE_WIDTHS` width, without a cluster and in 2 x 1 and 1 x 2, where the
     width fills the waves of persistent tiles (configs.wave_efficiency) more than
     :data:`WAVE_GAIN` better than the entry (else the pick) does. Where few tiles make the waves
@@ -115,9 +116,12 @@ def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_
 
     problem, spec = sweep_problem(dtype, m, n, k)
     entry = prior.entry(problem, spec) if prior is not None else None
-    base = entry.config.tiling() if entry is not None else default_config(problem, num_sms, spec).tiling()
+    pick = default_config(problem, num_sms, spec).tiling()
+    base = entry.config.tiling() if entry is not None else pick
     target = wave_efficiency(base, problem.swapped() if base.swap_ab else problem, num_sms) + WAVE_GAIN
-    out = [base]
+    # an entry measured at another M (it serves up to sqrt(2) below its own) is weighed against the
+    # models' pick here too: a width that won at 1024 tokens can lose at 896 (H100, fp8 7168 x 16384)
+    out = [base] + ([pick] if entry is not None and entry.m != m else [])
     for w in WAVE_WIDTHS:
         tile = GemmConfig(128, w)
         if wave_efficiency(tile, problem, num_sms) > target:

@@ -237,7 +237,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         space_of = {"prior": prior_candidates, "clusters": cluster_candidates, "waves": wave_candidates}
         cell_cands = {(n, k, m): space_of[space](prior, n, k, m, *([dtype] if space != "prior" else []))
                       for n, k in ((p.n, p.k) for p in projections) for m in ms}
-        if space == "waves":  # a cell where no width fills the waves better has nothing to compare
+        if space == "waves":  # a cell with one candidate (its own entry, no better width) has nothing to compare
             cell_cands = {cell: cs for cell, cs in cell_cands.items() if len(cs) > 1}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
         if space in measured_here:  # and the moved forms the cells run (configs.as_run), compiled ahead too

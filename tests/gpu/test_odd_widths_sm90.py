@@ -44,7 +44,7 @@ def test_odd_widths(cfg, dtype, layout):
 
 
 @pytest.mark.epilogue("fused")
-@pytest.mark.parametrize("cfg", [ODD[0], ODD[3], ODD[5], ODD[8]], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ODD[0], ODD[3], ODD[5], ODD[7]], ids=lambda c: c.name)  # swap-AB takes no residual
 @pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
 def test_odd_widths_fused_epilogue(cfg, aligned):
     check_fused_epilogue(cfg, (2, 200, 456, 1064), SEED, aligned, "gelu_tanh")

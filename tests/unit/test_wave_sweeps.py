@@ -35,6 +35,20 @@ def test_wave_widths_are_tried_where_they_fill_the_waves_better():
     assert all(c.tile_m == 128 and c.schedule == "cooperative" and c.tile_n in sp.WAVE_WIDTHS for c in tried)
 
 
+def test_an_entry_measured_at_another_m_is_weighed_against_the_pick():
+    # the 4096-token entry serves 3000 tokens: the sweep at 3000 times the models' pick beside it
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.validation.sweep_spaces import sweep_problem
+
+    served = GemmConfig(128, 192, cluster_m=2)
+    t = table(MeasuredEntry(*KV_A, 4096, served, 0.06, 0.05, 0.06))
+    problem, spec = sweep_problem("bfloat16", 3000, *KV_A)
+    cands = sp.wave_candidates(t, *KV_A, 3000)
+    assert cands[:2] == [served, default_config(problem, epilogue=spec).tiling()]
+    # at the entry's own M only the widths join it
+    assert all(c.tile_n in sp.WAVE_WIDTHS for c in sp.wave_candidates(t, *KV_A, 4096)[1:])
+
+
 def test_a_cell_whose_tiles_already_fill_the_waves_tries_nothing_new():
     # 8192 x 8192 at 4096 tokens: 32 x 32 tiles of 128 x 256, 1024 = 7.76 waves
     full = GemmConfig(128, 256, cluster_m=2)
