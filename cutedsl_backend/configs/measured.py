@@ -70,10 +70,14 @@ def same_decode_work(entry: MeasuredEntry, problem: GemmProblem) -> bool:
     the same rows of A (configs.decode_a_rows) at both token counts, both within those rows. Its
     time does not depend on M there (the weights' loads and the K slices are the same; the rows
     past M are zero-filled), so an entry measured at 16 tokens serves 1-16, at 32 17-32 and at 64
-    33-64, where the sqrt(2) rule would leave gaps."""
+    33-64, where the sqrt(2) rule would leave gaps. A swap-AB config with 64 weight rows per tile
+    and one token tile holding both token counts does the same work too (the token rows past M
+    are TMA fills that read no memory), over the same ranges."""
     cfg = entry.config
-    if cfg is None or cfg.swap_ab or cfg.tile_m != 64 or entry.m > DECODE_MAX_M:
+    if cfg is None or cfg.tile_m != 64 or entry.m > DECODE_MAX_M:
         return False
+    if cfg.swap_ab:
+        return entry.m <= cfg.tile_n and decode_a_rows(problem.m) == decode_a_rows(entry.m)
     return (entry.m <= (cfg.a_rows or cfg.tile_m)
             and cfg.a_rows == decode_a_rows(problem.m, problem.a_major) == decode_a_rows(entry.m, problem.a_major))
 

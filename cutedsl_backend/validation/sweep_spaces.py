@@ -80,13 +80,25 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs --peer-kernels``). Above
     :data:`WIDE_CLUSTER_FROM` tokens also 128-row cooperative swap tiles of each
     :data:`WIDE_CLUSTER_WIDTHS` width within three tiles, in 4 x 1 and 4 x 2 (cuBLAS ran 256 x 96 in
-    4 x 1 at 288 tokens on 10240 x 8192)."""
+    4 x 1 at 288 tokens on 10240 x 8192). Up to 64 tokens instead one token tile 16, 32, 48 or 64
+    wide holding them all, over 64-row weight tiles in 1 x 1, 2 x 1 and 4 x 1 clusters, with one
+    or two K slices (cuBLAS ran 64 x 16 tiles in 4 x 1 clusters at 16 tokens; such an entry
+    serves every M of its few-token range, configs.measured.same_decode_work)."""
     from ..configs import GemmConfig
+
+    from ..configs.config import DECODE_MAX_M
 
     problem, spec = sweep_problem(dtype, m, n, k)
     entry = prior.entry(problem, spec) if prior is not None else None
     out = [entry.config.tiling()] if entry is not None else []
     four = four_row_clusters(problem.arch)
+    if m <= DECODE_MAX_M:
+        # one token tile as wide as the tokens (16 or 32 where they fit), the weights in 64-row
+        # tiles alone or in 2 x 1 / 4 x 1 clusters, with and without two K slices
+        w = -(-m // 16) * 16
+        return list(dict.fromkeys(out + [
+            GemmConfig(64, w, schedule="pingpong", cluster_m=cm, splits=s, swap_ab=True)
+            for cm in (1, 2, four[0][0] if four else 1) for s in (1, 2)]))
     out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
             for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), *four)]
     if m > WIDE_CLUSTER_FROM:

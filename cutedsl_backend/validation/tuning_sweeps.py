@@ -188,8 +188,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
     :func:`prior_candidates` of the table ``prior``, "clusters": per cell
-    :func:`cluster_candidates` against ``prior``, this GPU's own table, at token counts above the
-    few-token range, "waves": per cell :func:`wave_candidates` against ``prior``, only the cells
+    :func:`cluster_candidates` against ``prior``, this GPU's own table, "waves": per cell
+    :func:`wave_candidates` against ``prior`` above the few-token range, only the cells
     where a width fills the waves better; these two each timed as the dispatcher runs it,
     configs.as_run, and recorded under its tiling's name) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
@@ -230,9 +230,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         if prior is None or stream_k:
             raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
                              "(no stream-K forms)")
-        if space in measured_here and min(ms) <= DECODE_MAX_M:
-            # a few-token entry serves every M loading the same rows of A (configs.measured); a swap
-            # entry there would serve only the M within sqrt(2) below it, the rest left to the models
+        if space == "waves" and min(ms) <= DECODE_MAX_M:
+            # its tiles are 128 tokens tall: a few tokens fill no wave with them
             raise ValueError(f"sweep_decode: space {space!r} measures token counts above {DECODE_MAX_M}")
         space_of = {"prior": prior_candidates, "clusters": cluster_candidates, "waves": wave_candidates}
         cell_cands = {(n, k, m): space_of[space](prior, n, k, m, *([dtype] if space != "prior" else []))

@@ -67,10 +67,29 @@ def test_a_few_token_entry_serves_every_m_that_loads_the_same_rows_of_a():
     assert table(entry(16, a0)).choice(linear(1)) is None and table(entry(16, a0)).choice(linear(12)) == a0
     # an entry at 64 whose config loads 32 rows is not a config for 64 tokens: nothing below sqrt(2)
     assert table(entry(64, a32)).choice(linear(20)) is None
-    # neither a swap-AB, a 128-row or a mid-size-measured config: only the sqrt(2) rule
-    for cfg in (GemmConfig(64, 64, schedule="pingpong", swap_ab=True, a_rows=0), GemmConfig(128, 128)):
+    # neither a swap-AB tile of fewer tokens than measured, a 128-row or a mid-size-measured config:
+    # only the sqrt(2) rule
+    for cfg in (GemmConfig(64, 32, schedule="pingpong", swap_ab=True), GemmConfig(128, 128)):
         assert table(entry(64, cfg)).choice(linear(40)) is None
     assert table(entry(96, GemmConfig(64, 128, schedule="pingpong"))).choice(linear(64)) is None
+
+
+def test_a_few_token_swap_entry_serves_its_range_when_one_token_tile_holds_it():
+    """A swap-AB tile of 64 weight rows whose token tile holds the measured M does the same work
+    for fewer tokens (the rows past M are TMA fills): its entry serves the few-token range of its M
+    (1-16, 17-32, 33-64), like the unswapped few-token entries."""
+    s16 = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
+    s32 = GemmConfig(64, 32, schedule="pingpong", splits=2, swap_ab=True)
+    s64 = GemmConfig(64, 64, schedule="pingpong", swap_ab=True)
+    t = table(entry(16, s16), entry(32, s32), entry(64, s64))
+    assert [t.choice(linear(m)) for m in (1, 9, 16)] == [s16] * 3
+    assert [t.choice(linear(m)) for m in (17, 32)] == [s32] * 2 and [t.choice(linear(m)) for m in (33, 64)] == [s64] * 2
+    # a wider token tile measured at 16 does not reach past its range; 12 is within sqrt(2) anyway
+    assert table(entry(16, s64)).choice(linear(1)) == s64
+    assert table(entry(32, s64)).choice(linear(16)) is None  # 16 is the 1-16 range's
+    # an entry at 8 tokens serves 1-8, leaving 9-16 to the 16-token entry
+    t = table(entry(8, s16), entry(16, s32.replace(splits=1)))
+    assert t.choice(linear(1)) == s16 and t.choice(linear(12)) == s32.replace(splits=1)
 
 
 def test_the_next_measured_m_at_or_above_serves_and_an_old_models_entry_serves_nothing():

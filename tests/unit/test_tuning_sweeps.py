@@ -243,6 +243,9 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     c4x2 = GemmConfig(64, 96, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True)
     assert c4x2.replace(edge=True) in ran and c4x2 not in ran  # 144 tokens: the second tile moved back
     assert not any(name.endswith("_edge") for name in row["times"])
-    with pytest.raises(ValueError, match="above 64"):  # few-token cells keep their same-work entries
-        ts.sweep_decode(ms=(64, 96), space="clusters", prior=table, models=["phi3-mini"], device="cpu",
-                        timer=lambda fn: 1.0)
+    # up to 64 tokens: one token tile as wide as the tokens, 64-row weight tiles in 1 x 1, 2 x 1
+    # and 4 x 1 clusters, one or two K slices
+    few = sp.cluster_candidates(table, *o, 12)
+    assert {(c.tile_m, c.tile_n, c.cluster_m, c.cluster_n, c.splits) for c in few} == {
+        (64, 16, cm, 1, s) for cm in (1, 2, 4) for s in (1, 2)}
+    assert all(c.swap_ab for c in few) and {c.tile_n for c in sp.cluster_candidates(table, *o, 33)} == {48}
