@@ -85,7 +85,6 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     or two K slices (cuBLAS ran 64 x 16 tiles in 4 x 1 clusters at 16 tokens; such an entry
     serves every M of its few-token range, configs.measured.same_decode_work)."""
     from ..configs import GemmConfig
-
     from ..configs.config import DECODE_MAX_M
 
     problem, spec = sweep_problem(dtype, m, n, k)
