@@ -257,10 +257,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     probe = linear(8, 4096, 4096)
     t0 = time.time()
     errors = {r[0]: r[2] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
-    failed = set(errors)
-    refused = sum(e.startswith("UnsupportedGemmError") for e in errors.values())  # the rules, e.g. precise fp8's
-    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {refused} refused by the rules for these "
-        f"operands, {len(failed) - refused} failed to compile")
+    # a config the rules refuse for the probe (e.g. one loading a single row of A, which the probe's 8
+    # tokens outgrow) may suit its own cell: each cell checks its candidates' rules itself
+    failed = {name for name, e in errors.items() if not e.startswith("UnsupportedGemmError")}
+    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(errors) - len(failed)} refused by the "
+        f"rules for the probe's {probe.describe()}, {len(failed)} failed to compile")
     sa, sb = torch.tensor(0.5, device=device), torch.tensor(2.0, device=device)
     rows, picked, best = [], [], []
     for proj in projections:

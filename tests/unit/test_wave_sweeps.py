@@ -1,6 +1,7 @@
 """The waves sweep on the CPU (``sweep-decode --space waves``): which tile widths it tries per
 cell (those that fill the SMs' waves better than the cell's table entry or pick), that it skips
-the cells where none does and times every candidate, and its command line."""
+the cells where none does and times every candidate, and its command line; and that a sweep times
+a config the precompile's probe problem outgrows in the cells that take it."""
 
 import argparse
 from unittest import mock
@@ -93,3 +94,28 @@ def test_a_waves_sweep_needs_this_gpus_own_table(argv):
     with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
             pytest.raises(SystemExit):
         tuning._sweep_decode(parser.parse_args(argv), parser)
+
+
+def test_a_config_the_probe_outgrows_is_still_timed_in_its_own_cell():
+    """At one token the few-token pick loads one row of A: the rules refuse it for the precompile's
+    8-token probe, but the 1-token cell takes it and must time it (else a table update would name
+    the fastest of the other candidates without the pick beside them)."""
+    import json
+
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import is_valid
+    from cutedsl_backend.configs.measured import TABLE_DIR
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    shipped = MeasuredTable.from_json(json.loads((TABLE_DIR / "nvidia-h100-80gb-hbm3-16bit.json").read_text()))
+
+    def precompile(pairs, workers=None):  # the rules' verdict for the probe, as the workers report it
+        return [(c.name, 0.0, None if is_valid(c, p) else "UnsupportedGemmError: for the probe") for p, c, _ in pairs]
+
+    def gemm(a, b, *, config, out):
+        return out.copy_((a.float() @ b.float()).to(out.dtype))
+
+    with mock.patch.object(ts, "precompile", precompile), mock.patch.object(cb, "gemm", gemm):
+        rows = ts.sweep_decode(ms=(1,), space="clusters", prior=shipped, models=["phi3-mini"], log=lambda *a: None,
+                               device="cpu", timer=lambda fn: (fn(), 1.0)[1])
+    assert rows and all(r["pick"] in r["times"] and "_a1" in r["pick"] for r in rows)
