@@ -87,6 +87,8 @@ def _sweep_decode(args, p) -> int:
     prior = None
     if (args.space in ("prior", "clusters", "waves")) != bool(args.prior):
         p.error("--space prior, clusters or waves and --prior TABLE go together")
+    if args.space == "waves" and min(int(m) for m in args.ms.split(",")) <= 64:
+        p.error(f"--space waves measures token counts above 64 (--ms {args.ms}): its tiles are 128 tokens tall")
     if args.prior:
         from ..configs.measured import SWEEP_OPERANDS
         from ..validation.tune import load_prior

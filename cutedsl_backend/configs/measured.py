@@ -71,8 +71,10 @@ def same_decode_work(entry: MeasuredEntry, problem: GemmProblem) -> bool:
     time does not depend on M there (the weights' loads and the K slices are the same; the rows
     past M are zero-filled), so an entry measured at 16 tokens serves 1-16, at 32 17-32 and at 64
     33-64, where the sqrt(2) rule would leave gaps. A swap-AB config with 64 weight rows per tile
-    and one token tile holding both token counts does the same work too (the token rows past M
-    are TMA fills that read no memory), over the same ranges."""
+    and one token tile holding both token counts serves the same ranges: it loads the same weights,
+    but its token rows past M are TMA fills, which cost time (a 64 x 16 tile ran 1.07x as long at
+    one token as at 16 on an H100), so :func:`updated_table` names one only where a sweep also
+    timed it at the range's first token count (:func:`_serves_its_low_end`)."""
     cfg = entry.config
     if cfg is None or cfg.tile_m != 64 or entry.m > DECODE_MAX_M:
         return False
@@ -177,7 +179,10 @@ def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
     same sweep names it; one where the entry was within that margin, or was not timed, keeps it;
     one whose entry the sweep found wrong (its row's ``wrong``: a result off the float64
     reference, or a raise) gets the fastest config that ran right, as does a cell the table lacked
-    (or the models' pick where within the margin, as :func:`table_from_sweeps` chooses). ``source``
+    (or the models' pick where within the margin, as :func:`table_from_sweeps` chooses). A
+    few-token swap-AB config, which serves its M's whole few-token range, is named only where it
+    also ran at the range's first token count no slower than the pick there
+    (:func:`_serves_its_low_end`; else the entry stays, or a new cell takes the pick). ``source``
     (the sweep's commands) is added to the table's."""
     operands, merged = _merged_rows(rows)
     if operands != table.operands:
@@ -191,12 +196,32 @@ def updated_table(table: MeasuredTable, rows: Iterable[dict], source: str,
         if old is not None and old.config is not None and old.config.tiling().name not in slot["wrong"]:
             name = old.config.tiling().name
             kept = _kept(times, name, min_gain) if name in times else name  # not timed: kept as it was
-            if kept != name:
+            if kept != name and _serves_its_low_end(merged, n, k, m, kept, min_gain):
                 by_cell[(n, k, m)] = _entry(n, k, m, kept, slot)
             continue
-        by_cell[(n, k, m)] = _entry(n, k, m, _kept(times, slot["pick"], min_gain), slot)
+        kept = _kept(times, slot["pick"], min_gain)
+        if not _serves_its_low_end(merged, n, k, m, kept, min_gain):
+            if slot["pick"] not in times:
+                continue
+            kept = slot["pick"]
+        by_cell[(n, k, m)] = _entry(n, k, m, kept, slot)
     return MeasuredTable(table.gpu, table.arch, table.operands, f"{table.source}; then updated: {source}",
                          tuple(by_cell[key] for key in sorted(by_cell)))
+
+
+def _serves_its_low_end(merged: dict, n: int, k: int, m: int, name: str, min_gain: float) -> bool:
+    """Whether config ``name``, measured at ``m`` tokens, may serve its whole few-token range: any
+    config but a few-token swap-AB one (same_decode_work) may; that one only where the sweeps also
+    timed it at the range's first token count (1, 17 or 33) no more than ``min_gain`` slower than
+    the models' pick there."""
+    cfg = GemmConfig.from_name(name)
+    low = 1 if m <= 16 else 17 if m <= 32 else 33
+    if not cfg.swap_ab or m > DECODE_MAX_M or m == low:
+        return True
+    slot = merged.get((n, k, low))
+    times = slot["times"] if slot is not None else {}
+    pick = slot["pick"] if slot is not None else None
+    return name in times and pick in times and times[name] <= times[pick] * (1 + min_gain)
 
 
 def _kept(times: dict, baseline: str, min_gain: float) -> str:

@@ -26,6 +26,8 @@ def epilogue_tile_n(tile_n: int) -> int:
         if tile_n % width == 0:
             return width
     raise ValueError(f"tile_n {tile_n}: not a multiple of 16")
+
+
 # Residual sub-tiles in flight per epilogue warp group when TMA loads them (sm90a): the next
 # ones load while the current one is applied. Four: the cooperative epilogue is not overlapped
 # with a mainloop, so its loads need the slack; on the 128x256 cooperative and 128x128 ping-pong

@@ -92,7 +92,7 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     out = [entry.config.tiling()] if entry is not None else []
     four = four_row_clusters(problem.arch)
     if m <= DECODE_MAX_M:
-        # one token tile as wide as the tokens (16 or 32 where they fit), the weights in 64-row
+        # one token tile as wide as the tokens (16, 32, 48 or 64), the weights in 64-row
         # tiles alone or in 2 x 1 / 4 x 1 clusters, with and without two K slices
         w = -(-m // 16) * 16
         return list(dict.fromkeys(out + [
@@ -109,7 +109,8 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
 # the 128-row tile widths a waves sweep tries: steps of 16 between the tuning space's 128, 192
 # and 256 (144 cuts 576 and 4608 columns into whole tiles, as cuBLAS's 144-wide tiles do)
 WAVE_WIDTHS = (144, 160, 176, 208, 224, 240)
-# a width is tried where it fills the SMs' waves this much better than the cell's baseline
+# a width is tried where the share of the SMs' wave slots it fills (configs.wave_efficiency, which
+# counts neither cluster padding nor K slices) exceeds the cell's baseline's by this much
 WAVE_GAIN = 0.02
 
 
@@ -119,8 +120,8 @@ def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_
     table) serving (n, k) at ``m`` tokens, if any (and the models' pick where that entry was
     measured at another M), else the models' pick, then 128-row cooperative
     tiles of each :data:`WAVE_WIDTHS` width, without a cluster and in 2 x 1 and 1 x 2, where the
-    width fills the waves of persistent tiles (configs.wave_efficiency) more than
-    :data:`WAVE_GAIN` better than the entry (else the pick) does. Where few tiles make the waves
+    width's wave efficiency (configs.wave_efficiency over ``num_sms``) exceeds the entry's (else
+    the pick's) by more than :data:`WAVE_GAIN`. Where few tiles make the waves
     (a few hundred tokens on 4608 x 3584, 576 x 7168 at 4096) a width off the 64-column grid is
     how cuBLAS keeps every SM busy."""
     from ..configs import GemmConfig, default_config, wave_efficiency

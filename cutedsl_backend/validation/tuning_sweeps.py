@@ -189,8 +189,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
     :func:`prior_candidates` of the table ``prior``, "clusters": per cell
     :func:`cluster_candidates` against ``prior``, this GPU's own table, "waves": per cell
-    :func:`wave_candidates` against ``prior`` above the few-token range, only the cells
-    where a width fills the waves better; these two each timed as the dispatcher runs it,
+    :func:`wave_candidates` against ``prior`` above the few-token range, only the cells with
+    more than one candidate (a width that fills the waves better, or the models' pick beside an
+    entry measured at another M); these two each timed as the dispatcher runs it,
     configs.as_run, and recorded under its tiling's name) on every unique projection of the
     public models (or of ``models``; nn.Linear layout) at each M, next to the peer, CUDA-graph
     device time: the data configs.DecodeModel, MidModel and SwapModel are fitted on. ``dtype``:
@@ -233,10 +234,17 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         if space == "waves" and min(ms) <= DECODE_MAX_M:
             # its tiles are 128 tokens tall: a few tokens fill no wave with them
             raise ValueError(f"sweep_decode: space {space!r} measures token counts above {DECODE_MAX_M}")
-        space_of = {"prior": prior_candidates, "clusters": cluster_candidates, "waves": wave_candidates}
-        cell_cands = {(n, k, m): space_of[space](prior, n, k, m, *([dtype] if space != "prior" else []))
-                      for n, k in ((p.n, p.k) for p in projections) for m in ms}
-        if space == "waves":  # a cell with one candidate (its own entry, no better width) has nothing to compare
+        sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
+
+        def cell(n, k, m):
+            if space == "prior":
+                return prior_candidates(prior, n, k, m)
+            if space == "clusters":
+                return cluster_candidates(prior, n, k, m, dtype)
+            return wave_candidates(prior, n, k, m, dtype, sms)
+
+        cell_cands = {(n, k, m): cell(n, k, m) for n, k in ((p.n, p.k) for p in projections) for m in ms}
+        if space == "waves":  # a cell with one candidate (its own entry alone) has nothing to compare
             cell_cands = {cell: cs for cell, cs in cell_cands.items() if len(cs) > 1}
         cands = list(dict.fromkeys(c for cs in cell_cands.values() for c in cs))
         if space in measured_here:  # and the moved forms the cells run (configs.as_run), compiled ahead too

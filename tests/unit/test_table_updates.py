@@ -68,6 +68,26 @@ def test_an_entry_the_sweep_found_wrong_is_replaced_whatever_the_margin():
     assert new.entries[0].config == C4
 
 
+def test_a_few_token_swap_entry_needs_its_range_s_first_token_count_timed():
+    """A few-token swap-AB entry serves its M's whole range (1-16 for 16), but its token rows past
+    M are TMA fills that cost time: an update names one only where the same config also ran at the
+    range's first token count no slower than the pick there."""
+    a16 = GemmConfig(64, 64, schedule="pingpong", a_rows=16)
+    a1 = a16.replace(a_rows=1)
+    s16 = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
+    old = table(entry(16, a16))
+    at16 = row(16, {a16: 0.010, s16: 0.008}, pick=a16)
+    assert updated_table(old, [at16], "u").entries[0].config == a16  # 1 token not timed: it stays
+    slow_at_1 = row(1, {a1: 0.009, s16: 0.0095}, pick=a1)
+    new = updated_table(old, [at16, slow_at_1], "u")
+    assert [(e.m, e.config) for e in new.entries] == [(1, a1), (16, a16)]  # and the new 1-token cell takes the pick
+    fast_at_1 = row(1, {a1: 0.009, s16: 0.0088}, pick=a1)  # no slower than the pick
+    new = updated_table(old, [at16, fast_at_1], "u")
+    assert [(e.m, e.config) for e in new.entries] == [(1, a1), (16, s16)]
+    # a 1-token swap entry serves only 1 token: measured where it serves
+    assert updated_table(old, [row(1, {a1: 0.010, s16: 0.008}, pick=a1)], "u").entries[0].config == s16
+
+
 def test_config_table_update_on_the_command_line(tmp_path, capsys):
     from cutedsl_backend.cli import tuning
 
@@ -93,12 +113,13 @@ def test_config_table_update_on_the_command_line(tmp_path, capsys):
 ])
 def test_a_cluster_sweep_needs_this_gpus_own_table(argv):
     """Without --prior it is refused; with the H100's table on a machine that is not an H100 (here:
-    no GPU) too, before anything is swept."""
+    another GPU, as torch reports it) too, before anything is swept."""
     from cutedsl_backend.cli import tuning
     from cutedsl_backend.validation import tuning_sweeps as ts
 
     parser = argparse.ArgumentParser()
     tuning._sweep_decode_arguments(parser)
     with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
-            pytest.raises(SystemExit):
+            mock.patch("torch.cuda.is_available", return_value=True), \
+            mock.patch("torch.cuda.get_device_name", return_value="NVIDIA Other GPU"), pytest.raises(SystemExit):
         tuning._sweep_decode(parser.parse_args(argv), parser)

@@ -81,9 +81,13 @@ def test_the_waves_sweep_skips_cells_without_candidates_and_times_every_candidat
                         timer=lambda fn: 1.0)
 
 
+H100_16BIT = "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"
+
+
 @pytest.mark.parametrize("argv", [
-    ["--space", "waves"],  # no table
-    ["--space", "waves", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"],  # not an H100
+    ["--space", "waves", "--ms", "1024"],  # no table
+    ["--space", "waves", "--prior", H100_16BIT, "--ms", "1024"],  # the H100's table on another GPU
+    ["--space", "waves", "--prior", H100_16BIT],  # the default token counts, all a few
 ])
 def test_a_waves_sweep_needs_this_gpus_own_table(argv):
     from cutedsl_backend.cli import tuning
@@ -92,7 +96,8 @@ def test_a_waves_sweep_needs_this_gpus_own_table(argv):
     parser = argparse.ArgumentParser()
     tuning._sweep_decode_arguments(parser)
     with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
-            pytest.raises(SystemExit):
+            mock.patch("torch.cuda.is_available", return_value=True), \
+            mock.patch("torch.cuda.get_device_name", return_value="NVIDIA Other GPU"), pytest.raises(SystemExit):
         tuning._sweep_decode(parser.parse_args(argv), parser)
 
 
