@@ -192,6 +192,9 @@ def _tune_arguments(p):
     p.add_argument("--swap-ms", default=",".join(map(str, grids.SWAP_MS)), help="the bf16 swap-AB sweep's")
     p.add_argument("--fp8-ms", default=",".join(map(str, grids.FP8_MID_MS)), help="the fp8 mid-size sweep's")
     p.add_argument("--fp8-swap-ms", default=",".join(map(str, grids.FP8_SWAP_MS)), help="fp8 swap-AB sweep's")
+    p.add_argument("--waves-ms", default=",".join(map(str, grids.WAVES_MS)),
+                   help="the bf16 waves sweep's (tile widths that fill the waves, against the table so far; run last)")
+    p.add_argument("--fp8-waves-ms", default=",".join(map(str, grids.FP8_WAVES_MS)), help="the fp8 waves sweep's")
     p.add_argument("--decode-ms", default="", help="token counts of a bf16 few-token sweep (split-K, short A "
                    "loads; e.g. 1,8,16,32,64); default none: the decode model's picks measured within 2%% of the best")
     p.add_argument("--fp8-decode-ms", default="", help="the same for e4m3 with scalar scales (e.g. 16,32,64: "
@@ -216,7 +219,8 @@ def _tune(args, p) -> int:
 
     tune(args.out, ints(args.ms), ints(args.swap_ms), ints(args.fp8_ms), names(args.models),
          decode_ms=ints(args.decode_ms), fp8_swap_ms=ints(args.fp8_swap_ms), fp8_decode_ms=ints(args.fp8_decode_ms),
-         stream_k=args.stream_k, priors=tuple(args.prior), prior_ms=ints(args.prior_ms))
+         stream_k=args.stream_k, priors=tuple(args.prior), prior_ms=ints(args.prior_ms),
+         waves_ms=ints(args.waves_ms), fp8_waves_ms=ints(args.fp8_waves_ms))
     return 0
 
 

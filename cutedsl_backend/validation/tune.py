@@ -1,7 +1,8 @@
 """``python -m cutedsl_backend tune``: measure this GPU's config tables (configs.measured).
 
 Runs the candidate sweeps the tables are made from (:func:`.tuning_sweeps.sweep_decode`: the
-mid-size and swap-AB spaces in bf16 and in e4m3 with fp32 accumulation) on the
+mid-size and swap-AB spaces in bf16 and in e4m3 with fp32 accumulation, then the waves space
+against the table those made) on the
 public models' projections, then writes the rows and one table per operand class into a
 directory. Point ``CUTEDSL_BACKEND_CONFIG_TABLES`` at it to use the tables, or copy them into
 ``cutedsl_backend/configs/tables/`` to ship them.
@@ -65,13 +66,20 @@ MID_MS = (256, 320, 384, 512, 640, 768, 1024, 1280, 1536)
 SWAP_MS = (96, 128, 160, 192, 256, 320)
 FP8_MID_MS = (128, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536)
 FP8_SWAP_MS = (96, 128, 160, 192, 256, 320)
+# and, after those, the waves sweep (sweep_spaces.wave_candidates against the table measured so
+# far: 128-row tiles 144-240 wide where they fill the SMs' waves better, only in the cells where
+# one does) at the mid-size token counts from 384 and at 2048 and 4096 (where the models serve
+# otherwise and a width that fills the waves enters as a new entry only past the noise margin)
+WAVES_MS = (384, 512, 640, 768, 1024, 1280, 1536, 2048, 4096)
+FP8_WAVES_MS = WAVES_MS
 
 
 def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
          fp8_ms: tuple = FP8_MID_MS, models: Optional[list] = None, log: Callable = print,
          sweep: Optional[Callable] = None, gpu: Optional[str] = None, versions: Optional[dict] = None,
          decode_ms: tuple = (), fp8_swap_ms: tuple = FP8_SWAP_MS, fp8_decode_ms: tuple = (),
-         stream_k: bool = False, priors: tuple = (), prior_ms: tuple = ()) -> list:
+         stream_k: bool = False, priors: tuple = (), prior_ms: tuple = (), waves_ms: tuple = WAVES_MS,
+         fp8_waves_ms: tuple = FP8_WAVES_MS) -> list:
     """Sweep and write this GPU's tables into ``out_dir``: the rows of each sweep
     (``sweeps/sweep-*.json``) and ``<gpu>-16bit.json`` / ``<gpu>-fp8.json``; returns the table paths.
     ``ms`` / ``swap_ms`` / ``decode_ms``: token counts of the bf16 mid-size, swap-AB and few-token
@@ -85,6 +93,9 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     (sweep_spaces.prior_candidates, with the models' picks; rows ``sweep-prior-*.json``), a fifth of
     the full spaces' time. ``prior_ms``: only these of the priors' token counts, in this order (the
     ones that matter most first, for a time-limited lease; empty: all, ascending).
+    ``waves_ms`` / ``fp8_waves_ms``: token counts of the waves sweeps, run last per class against
+    the table its earlier sweeps made (rows ``sweep-waves-*.json``; their cells merge with the
+    others', the fastest config of all the sweeps of a cell naming it).
     ``sweep``, ``gpu`` and ``versions`` stand in for the GPU in tests.
     Hopper (sm90a) GPUs only: the sweeps time the sm90a candidates.
 
@@ -93,7 +104,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
     stopped part-way leaves those of what it measured); ``out_dir/tuned-on.json`` records the GPU
     model and the models' projections, and a directory measured on another GPU or other
     projections is refused (ValueError)."""
-    from ..configs.measured import SWEEP_OPERANDS
+    from ..configs.measured import SWEEP_OPERANDS, MeasuredTable
     from .sweep_spaces import load_sweep_rows
     from .tuning_sweeps import sweep_decode
 
@@ -135,6 +146,7 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         if prior_ms and len(wanted) < len(prior_ms):
             log(f"tune: {prior}: not measured at {[m for m in prior_ms if m not in measured]} tokens (skipped)")
         runs += [(prior_dtype, "prior", m) for m in wanted]
+    runs += [("bfloat16", "waves", m) for m in waves_ms] + [("fp8_tensorwise", "waves", m) for m in fp8_waves_ms]
     write_table = _table_writer(out, gpu, versions, rows, commands, files, prior_tables)
     tables: dict = {}  # the sweep dtype -> (path, table) as last written
     for dtype, space, m in runs:
@@ -148,13 +160,17 @@ def tune(out_dir: str, ms: tuple = MID_MS, swap_ms: tuple = SWAP_MS,
         else:
             log(f"tune: {dtype} {space} M={m}")
             extra = {"stream_k": True} if sk else {"prior": prior_tables[dtype].table} if space == "prior" else {}
+            if space == "waves":  # against this GPU's table as measured so far (none yet: the models' picks)
+                extra = {"prior": tables[dtype][1] if dtype in tables
+                         else MeasuredTable(gpu, "sm90a", SWEEP_OPERANDS[dtype], "none", ())}
             got = sweep((m,), space=space, models=models, dtype=dtype, log=log, **extra)
             _write(out / "sweeps" / name, got)
         rows[dtype] += got
         files[dtype].append(f"sweeps/{name}")
         commands[dtype].append(f"python -m cutedsl_backend sweep-decode --space {space} --dtype {dtype} --ms {m}"
                                f"{' --stream-k' if sk else ''}"
-                               + (f" --prior {prior_tables[dtype].file}" if space == "prior" else "")
+                               + (f" --prior {prior_tables[dtype].file}" if space == "prior"
+                                  else " --prior <this table from the sweeps before it>" if space == "waves" else "")
                                + f"{model_arg} --json {name}")
         if got:  # after every sweep: a tune stopped part-way leaves the tables of what it measured
             tables[dtype] = write_table(dtype)

@@ -34,6 +34,13 @@ def entry(m, config, n=3584, k=3584):
     return MeasuredEntry(n, k, m, config, 0.010, 0.011, 0.012)
 
 
+def tune(out_dir, **kw):
+    """validation.tune.tune without its waves sweeps (their tests: test_wave_sweeps.py)."""
+    from cutedsl_backend.validation.tune import tune as tune_all
+
+    return tune_all(out_dir, **{"waves_ms": (), "fp8_waves_ms": (), **kw})
+
+
 def test_an_entry_serves_the_token_counts_up_to_its_m_within_sqrt2():
     t = table(entry(384, COOP))
     assert t.choice(linear(384)) == COOP
@@ -72,24 +79,6 @@ def test_a_few_token_entry_serves_every_m_that_loads_the_same_rows_of_a():
     for cfg in (GemmConfig(64, 32, schedule="pingpong", swap_ab=True), GemmConfig(128, 128)):
         assert table(entry(64, cfg)).choice(linear(40)) is None
     assert table(entry(96, GemmConfig(64, 128, schedule="pingpong"))).choice(linear(64)) is None
-
-
-def test_a_few_token_swap_entry_serves_its_range_when_one_token_tile_holds_it():
-    """A swap-AB tile of 64 weight rows whose token tile holds the measured M does the same work
-    for fewer tokens (the rows past M are TMA fills): its entry serves the few-token range of its M
-    (1-16, 17-32, 33-64), like the unswapped few-token entries."""
-    s16 = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
-    s32 = GemmConfig(64, 32, schedule="pingpong", splits=2, swap_ab=True)
-    s64 = GemmConfig(64, 64, schedule="pingpong", swap_ab=True)
-    t = table(entry(16, s16), entry(32, s32), entry(64, s64))
-    assert [t.choice(linear(m)) for m in (1, 9, 16)] == [s16] * 3
-    assert [t.choice(linear(m)) for m in (17, 32)] == [s32] * 2 and [t.choice(linear(m)) for m in (33, 64)] == [s64] * 2
-    # a wider token tile measured at 16 does not reach past its range; 12 is within sqrt(2) anyway
-    assert table(entry(16, s64)).choice(linear(1)) == s64
-    assert table(entry(32, s64)).choice(linear(16)) is None  # 16 is the 1-16 range's
-    # an entry at 8 tokens serves 1-8, leaving 9-16 to the 16-token entry
-    t = table(entry(8, s16), entry(16, s32.replace(splits=1)))
-    assert t.choice(linear(1)) == s16 and t.choice(linear(12)) == s32.replace(splits=1)
 
 
 def test_the_next_measured_m_at_or_above_serves_and_an_old_models_entry_serves_nothing():
@@ -336,7 +325,7 @@ def test_a_cell_a_table_serves_reports_the_best_its_tuning_sweep_measured():
 def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path, monkeypatch):
     """`python -m cutedsl_backend tune`'s logic with the sweeps stood in for: one table per
     operand class, with the commands behind it, served through CUTEDSL_BACKEND_CONFIG_TABLES."""
-    from cutedsl_backend.validation.tune import gpu_slug, tune
+    from cutedsl_backend.validation.tune import gpu_slug
 
     calls = []
 
@@ -375,8 +364,6 @@ def test_tune_writes_this_gpus_tables_and_a_user_directory_serves_them(tmp_path,
 def test_tune_resumes_where_it_stopped_and_only_on_the_same_gpu(tmp_path):
     """A tune stopped during a sweep leaves the table of the sweeps it finished, and a rerun
     measures only the rest."""
-    from cutedsl_backend.validation.tune import tune
-
     calls = []
 
     def sweep(ms, space, models, dtype, log):
@@ -407,8 +394,6 @@ def test_tune_with_stream_k_times_its_forms_in_the_mid_size_sweeps_and_a_table_s
     """tune --stream-k: the mid-size sweeps (only) also time the stream-K forms, their rows kept
     apart (-sk) and named in the table's commands; a stream-K config measured fastest is what the
     table names and the dispatcher runs where it fits (its workspace is the launch's own)."""
-    from cutedsl_backend.validation.tune import tune
-
     calls = []
     sk = GemmConfig(128, 160, stream_k=True)
 
@@ -438,8 +423,6 @@ def test_tune_with_stream_k_times_its_forms_in_the_mid_size_sweeps_and_a_table_s
 
 
 def test_tune_without_a_hopper_gpu_says_so():
-    from cutedsl_backend.validation.tune import tune
-
     with pytest.raises(RuntimeError, match="sm90a"):
         tune("unused", sweep=lambda *a, **k: [])
 
@@ -473,8 +456,6 @@ def test_bounds_are_the_measured_token_counts_of_the_projection(tmp_path):
 def test_tune_with_a_prior_table_re_measures_it_at_its_token_counts(tmp_path):
     """tune --prior: the prior table's class is swept at each token count it measured (space
     "prior", the table given to the sweep), and the rows make this GPU's table like any others."""
-    from cutedsl_backend.validation.tune import tune
-
     prior = table(entry(384, COOP), entry(128, SWAP), gpu="NVIDIA Other")
     (tmp_path / "prior.json").write_text(json.dumps(prior.to_json()))
     calls = []

@@ -24,6 +24,10 @@ def table(*entries, gpu=GPU):
     return MeasuredTable(gpu, "sm90a", "16bit", "unit test", tuple(entries))
 
 
+def linear(m, n=3584, k=3584):
+    return GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+
 def entry(m, config, n=3584, k=3584):
     return MeasuredEntry(n, k, m, config, 0.010, 0.011, 0.012)
 
@@ -123,3 +127,21 @@ def test_a_cluster_sweep_needs_this_gpus_own_table(argv):
             mock.patch("torch.cuda.is_available", return_value=True), \
             mock.patch("torch.cuda.get_device_name", return_value="NVIDIA Other GPU"), pytest.raises(SystemExit):
         tuning._sweep_decode(parser.parse_args(argv), parser)
+
+
+def test_a_few_token_swap_entry_serves_its_range_when_one_token_tile_holds_it():
+    """A swap-AB tile of 64 weight rows whose token tile holds the measured M does the same work
+    for fewer tokens (the rows past M are TMA fills): its entry serves the few-token range of its M
+    (1-16, 17-32, 33-64), like the unswapped few-token entries."""
+    s16 = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
+    s32 = GemmConfig(64, 32, schedule="pingpong", splits=2, swap_ab=True)
+    s64 = GemmConfig(64, 64, schedule="pingpong", swap_ab=True)
+    t = table(entry(16, s16), entry(32, s32), entry(64, s64))
+    assert [t.choice(linear(m)) for m in (1, 9, 16)] == [s16] * 3
+    assert [t.choice(linear(m)) for m in (17, 32)] == [s32] * 2 and [t.choice(linear(m)) for m in (33, 64)] == [s64] * 2
+    # a wider token tile measured at 16 does not reach past its range; 12 is within sqrt(2) anyway
+    assert table(entry(16, s64)).choice(linear(1)) == s64
+    assert table(entry(32, s64)).choice(linear(16)) is None  # 16 is the 1-16 range's
+    # an entry at 8 tokens serves 1-8, leaving 9-16 to the 16-token entry
+    t = table(entry(8, s16), entry(16, s32.replace(splits=1)))
+    assert t.choice(linear(1)) == s16 and t.choice(linear(12)) == s32.replace(splits=1)

@@ -4,6 +4,8 @@ the cells where none does and times every candidate, and its command line; and t
 a config the precompile's probe problem outgrows in the cells that take it."""
 
 import argparse
+import json
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -105,8 +107,6 @@ def test_a_config_the_probe_outgrows_is_still_timed_in_its_own_cell():
     """At one token the few-token pick loads one row of A: the rules refuse it for the precompile's
     8-token probe, but the 1-token cell takes it and must time it (else a table update would name
     the fastest of the other candidates without the pick beside them)."""
-    import json
-
     import cutedsl_backend as cb
     from cutedsl_backend.configs import is_valid
     from cutedsl_backend.configs.measured import TABLE_DIR
@@ -124,3 +124,29 @@ def test_a_config_the_probe_outgrows_is_still_timed_in_its_own_cell():
         rows = ts.sweep_decode(ms=(1,), space="clusters", prior=shipped, models=["phi3-mini"], log=lambda *a: None,
                                device="cpu", timer=lambda fn: (fn(), 1.0)[1])
     assert rows and all(r["pick"] in r["times"] and "_a1" in r["pick"] for r in rows)
+
+
+def test_tune_runs_the_waves_sweeps_last_against_the_table_it_measured_so_far(tmp_path):
+    """tune: after the mid-size and swap-AB sweeps of a class, its waves sweeps (at ``waves_ms``),
+    each given the table the earlier sweeps made (none yet: an empty one); their rows merge with the
+    others' cells, a faster width naming the entry."""
+    from cutedsl_backend.validation.tune import tune
+
+    wide, base = GemmConfig(128, 144, cluster_n=2), GemmConfig(128, 192, cluster_m=2)
+    calls = []
+
+    def sweep(ms, space, models, dtype, log, prior=None):
+        calls.append((space, dtype, ms[0], prior))
+        times = {base.name: 0.012} if space != "waves" else {base.name: 0.0121, wide.name: 0.010}
+        return [{"m": ms[0], "n": 576, "k": 7168, "dtype": dtype, "peer_ms": 0.011, "pick": base.name, "times": times}]
+
+    paths = tune(str(tmp_path), ms=(1024,), swap_ms=(), fp8_ms=(), fp8_swap_ms=(), waves_ms=(1024,),
+                 fp8_waves_ms=(2048,), sweep=sweep, log=lambda *a: None, gpu=GPU, versions={})
+    assert [(s, d, m) for s, d, m, _ in calls] == [("mid", "bfloat16", 1024), ("waves", "bfloat16", 1024),
+                                                   ("waves", "fp8_tensorwise", 2048)]
+    bf16_prior, fp8_prior = calls[1][3], calls[2][3]
+    assert [(e.m, e.config) for e in bf16_prior.entries] == [(1024, base)]  # the mid sweep's table
+    assert fp8_prior.entries == () and fp8_prior.operands == "fp8_precise"  # nothing measured before it
+    made = {Path(p).name: MeasuredTable.from_json(json.loads(Path(p).read_text())) for p in paths}
+    assert all(t.entries[0].config == wide for t in made.values())  # 17% faster than the entry: named
+    assert "--space waves" in made[next(n for n in made if n.endswith("16bit.json"))].source
