@@ -7,7 +7,6 @@ the kernels themselves are tested on the GPU (tests/gpu)."""
 
 import contextlib
 import logging
-import zlib
 
 import pytest
 
@@ -159,13 +158,6 @@ def assert_close(out, ref, k, activation=None, roundings=1):
 
     m = compare(out, ref, str(out.dtype).replace("torch.", ""), k, activation=activation)
     assert m["max_err_over_allowed"] <= roundings and m["n_nonfinite"] == 0, m
-
-
-@pytest.fixture(autouse=True)
-def _seeded(request):
-    """Each test draws its inputs (``rand``) from a seed of its own id: the same inputs whichever
-    tests ran before it in its worker, so a failure replays."""
-    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def rand(*shape, dtype=torch.bfloat16, scale=1.0):
