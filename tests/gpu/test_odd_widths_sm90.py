@@ -28,7 +28,14 @@ ODD = [GemmConfig(128, 144), GemmConfig(128, 144, cluster_n=2), GemmConfig(128, 
        GemmConfig(64, 144, schedule="pingpong", swap_ab=True),
        # 16 tokens per tile, deep pipelines (the few-token tiles cuBLAS runs: 64 x 16, 16 stages)
        GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True),
-       GemmConfig(64, 16, schedule="pingpong", splits=2, stages=12, swap_ab=True)]
+       GemmConfig(64, 16, schedule="pingpong", splits=2, stages=12, swap_ab=True),
+       GemmConfig(64, 16, schedule="pingpong", cluster_m=4, cluster_n=2, swap_ab=True),
+       # unswapped 16- and 48-wide tiles with four-way multicast of A (both B majors via each_layout)
+       GemmConfig(64, 16, schedule="pingpong", cluster_m=4), GemmConfig(64, 48, schedule="pingpong", cluster_m=4,
+                                                                         cluster_n=2)]
+# the fused epilogue (bias, activation, residual: no swap-AB, which takes no residual)
+FUSED = [GemmConfig(128, 144), GemmConfig(128, 208), GemmConfig(128, 144, splits=2),
+         GemmConfig(128, 144, schedule="pingpong")]
 # L, M, N, K: tails in every dimension (N not a multiple of any width), whole waves of 144-wide
 # tiles (4096 x 576, 1024 x 4608), batches
 SHAPES = [(1, 1, 200, 520), (3, 77, 328, 1000), (1, 1024, 4608, 3584), (1, 4096, 576, 1024), (2, 130, 488, 4104),
@@ -44,7 +51,7 @@ def test_odd_widths(cfg, dtype, layout):
 
 
 @pytest.mark.epilogue("fused")
-@pytest.mark.parametrize("cfg", [ODD[0], ODD[3], ODD[5], ODD[7]], ids=lambda c: c.name)  # swap-AB takes no residual
+@pytest.mark.parametrize("cfg", FUSED, ids=lambda c: c.name)
 @pytest.mark.parametrize("aligned", [True, False], ids=["tma", "gathered"])
 def test_odd_widths_fused_epilogue(cfg, aligned):
     check_fused_epilogue(cfg, (2, 200, 456, 1064), SEED, aligned, "gelu_tanh")
