@@ -215,7 +215,8 @@ def _serves_its_low_end(merged: dict, n: int, k: int, m: int, name: str, min_gai
     timed it at the range's first token count (1, 17 or 33) no more than ``min_gain`` slower than
     the models' pick there."""
     cfg = GemmConfig.from_name(name)
-    low = 1 if m <= 16 else 17 if m <= 32 else 33
+    # the first token count loading the rows of A that m does (the range same_decode_work serves)
+    low = {16: 1, 32: 17, 0: 33}[decode_a_rows(m)]
     if not cfg.swap_ab or m > DECODE_MAX_M or m == low:
         return True
     slot = merged.get((n, k, low))

@@ -1,7 +1,7 @@
 """Four-row clusters and table updates on the CPU: which architectures take 4 x 1 and 4 x 2
 clusters, ``config-table --update`` (only the cells a sweep measured again change, and only past
 the noise margin or where the entry was found wrong) and its command line, and ``sweep-decode
---space clusters``'s arguments."""
+--space clusters|waves``'s arguments."""
 
 import argparse
 import json
@@ -111,13 +111,20 @@ def test_config_table_update_on_the_command_line(tmp_path, capsys):
         tuning._config_table(parser.parse_args([*argv, "--gpu", "NVIDIA Other"]), parser)
 
 
+H100_16BIT = "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"
+
+
 @pytest.mark.parametrize("argv", [
     ["--space", "clusters"],                                   # no table
-    ["--space", "clusters", "--prior", "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"],
+    ["--space", "clusters", "--prior", H100_16BIT],
+    ["--space", "waves", "--ms", "1024"],                      # no table
+    ["--space", "waves", "--prior", H100_16BIT, "--ms", "1024"],
+    ["--space", "waves", "--prior", H100_16BIT],               # the default token counts, all a few
 ])
-def test_a_cluster_sweep_needs_this_gpus_own_table(argv):
-    """Without --prior it is refused; with the H100's table on a machine that is not an H100 (here:
-    another GPU, as torch reports it) too, before anything is swept."""
+def test_a_sweep_against_this_gpus_table_needs_it(argv):
+    """--space clusters and waves: without --prior refused; with the H100's table on a machine that
+    is not an H100 (here: another GPU, as torch reports it) too, before anything is swept; waves
+    also at few-token counts."""
     from cutedsl_backend.cli import tuning
     from cutedsl_backend.validation import tuning_sweeps as ts
 

@@ -1,9 +1,9 @@
 """The waves sweep on the CPU (``sweep-decode --space waves``): which tile widths it tries per
 cell (those that fill the SMs' waves better than the cell's table entry or pick), that it skips
-the cells where none does and times every candidate, and its command line; and that a sweep times
+the cells where none does and times every candidate (its command line: test_table_updates.py);
+and that a sweep times
 a config the precompile's probe problem outgrows in the cells that take it."""
 
-import argparse
 import json
 from pathlib import Path
 from unittest import mock
@@ -17,6 +17,11 @@ from cutedsl_backend.validation import sweep_spaces as sp
 
 KV_A = (576, 7168)  # deepseek-v3's kv_a projection
 GPU = "NVIDIA Test GPU"
+
+
+def reference_gemm(a, b, *, config, out):
+    """cb.gemm's result on the CPU (what a sweep checks against float64), whatever the config."""
+    return out.copy_((a.float() @ b.float()).to(out.dtype))
 
 
 def table(*entries):
@@ -67,7 +72,7 @@ def test_the_waves_sweep_skips_cells_without_candidates_and_times_every_candidat
 
     def gemm(a, b, *, config, out):
         ran.append(config)
-        return out.copy_((a.float() @ b.float()).to(out.dtype))
+        return reference_gemm(a, b, config=config, out=out)
 
     with mock.patch.object(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs]), \
             mock.patch.object(cb, "gemm", gemm):
@@ -81,26 +86,6 @@ def test_the_waves_sweep_skips_cells_without_candidates_and_times_every_candidat
     with pytest.raises(ValueError, match="above 64"):
         ts.sweep_decode(ms=(48,), space="waves", prior=table(), models=["deepseek-v3"], device="cpu",
                         timer=lambda fn: 1.0)
-
-
-H100_16BIT = "cutedsl_backend/configs/tables/nvidia-h100-80gb-hbm3-16bit.json"
-
-
-@pytest.mark.parametrize("argv", [
-    ["--space", "waves", "--ms", "1024"],  # no table
-    ["--space", "waves", "--prior", H100_16BIT, "--ms", "1024"],  # the H100's table on another GPU
-    ["--space", "waves", "--prior", H100_16BIT],  # the default token counts, all a few
-])
-def test_a_waves_sweep_needs_this_gpus_own_table(argv):
-    from cutedsl_backend.cli import tuning
-    from cutedsl_backend.validation import tuning_sweeps as ts
-
-    parser = argparse.ArgumentParser()
-    tuning._sweep_decode_arguments(parser)
-    with mock.patch.object(ts, "sweep_decode", side_effect=AssertionError("not to be swept")), \
-            mock.patch("torch.cuda.is_available", return_value=True), \
-            mock.patch("torch.cuda.get_device_name", return_value="NVIDIA Other GPU"), pytest.raises(SystemExit):
-        tuning._sweep_decode(parser.parse_args(argv), parser)
 
 
 def test_a_config_the_probe_outgrows_is_still_timed_in_its_own_cell():
@@ -117,10 +102,7 @@ def test_a_config_the_probe_outgrows_is_still_timed_in_its_own_cell():
     def precompile(pairs, workers=None):  # the rules' verdict for the probe, as the workers report it
         return [(c.name, 0.0, None if is_valid(c, p) else "UnsupportedGemmError: for the probe") for p, c, _ in pairs]
 
-    def gemm(a, b, *, config, out):
-        return out.copy_((a.float() @ b.float()).to(out.dtype))
-
-    with mock.patch.object(ts, "precompile", precompile), mock.patch.object(cb, "gemm", gemm):
+    with mock.patch.object(ts, "precompile", precompile), mock.patch.object(cb, "gemm", reference_gemm):
         rows = ts.sweep_decode(ms=(1,), space="clusters", prior=shipped, models=["phi3-mini"], log=lambda *a: None,
                                device="cpu", timer=lambda fn: (fn(), 1.0)[1])
     assert rows and all(r["pick"] in r["times"] and "_a1" in r["pick"] for r in rows)
