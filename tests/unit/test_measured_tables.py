@@ -295,14 +295,12 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
 
     gpu = "NVIDIA H100 80GB HBM3"
     fp8 = next(t for t in MEASURED.for_gpu(gpu) if t.operands == "fp8_precise")
-    # an entry that runs another config than the models pick now (the report credits the table
-    # there); as run: a few-token entry's A loads are fitted to the tokens (configs.as_run)
+    # an entry running another config than the models' pick, as run (configs.as_run fits A loads)
     scalars = EpilogueSpec(scale_a="scalar", scale_b="scalar")
-    e = next(e for e in fp8.entries
-             if e.config is not None
-             and as_run(e.config, sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0], scalars)
-             != default_config(sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0], epilogue=scalars))
-    served = EDGE_TILES.apply(e.config, sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0])  # configs.edge
+    cell = lambda e: sweep_problem("fp8_tensorwise", e.m, e.n, e.k)[0]  # noqa: E731
+    e = next(e for e in fp8.entries if e.config is not None
+             and as_run(e.config, cell(e), scalars) != default_config(cell(e), epilogue=scalars))
+    served = EDGE_TILES.apply(e.config, cell(e))  # configs.edge
     assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (served.name, "measured table", e.m)
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
 
