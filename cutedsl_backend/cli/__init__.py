@@ -24,7 +24,8 @@ def no_gpu_message(cmd: str) -> str | None:
         return None
     return (f"python -m cutedsl_backend {cmd}: needs a CUDA GPU (the sm90a kernels run on an H100 or H200) and "
             f"this machine has none (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built in'}). "
-            "Without a GPU, `validate` runs the compile-only matrix and `compile`, `replay` and `config-table` work.")
+            "Without a GPU, `validate` runs the compile-only matrix and `compile`, `replay`, `config-table` and "
+            "`table-check` work.")
 
 
 def parser() -> argparse.ArgumentParser:

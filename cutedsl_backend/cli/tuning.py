@@ -1,5 +1,6 @@
 """Commands that measure candidates and turn the measurements into config choices: the candidate
-sweeps (GPU), ``tune`` (GPU), and ``config-table`` / ``replay`` (any machine, from stored rows)."""
+sweeps (GPU), ``tune`` (GPU), and ``config-table`` / ``table-check`` / ``replay`` (any machine, from stored
+rows)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,44 @@ def _config_table(args, p) -> int:
     return 0
 
 
+def _table_check_arguments(p):
+    p.add_argument("--old", required=True, help="the table before the update (JSON)")
+    p.add_argument("--new", required=True, help="the updated table (config-table --update's output)")
+    p.add_argument("--before", nargs="+", required=True,
+                   help="sweep-shapes --json reports run with the old table (.json or .json.gz)")
+    p.add_argument("--after", nargs="+", required=True, help="the same cells run with the new table, "
+                   "on the same machine")
+    p.add_argument("--source", required=True, help="the commands behind the two runs")
+    p.add_argument("--min-change", type=float, default=None,
+                   help="keep an updated entry where its cells' ratio after / before is at least this "
+                   "(geomean; default: validation.table_check.MIN_CHANGE)")
+    p.add_argument("-o", "--out", required=True, help="the checked table's JSON file")
+
+
+def _table_check(args, p) -> int:
+    from ..configs.measured import MeasuredTable
+    from ..validation import table_check as check
+
+    tables = []
+    for path in (args.old, args.new):
+        with open(path) as f:
+            tables.append(MeasuredTable.from_json(json.load(f)))
+    try:
+        verdicts = check.entry_verdicts(*tables, check.load_perf_rows(args.before), check.load_perf_rows(args.after))
+    except ValueError as e:
+        p.error(str(e))
+    min_change = check.MIN_CHANGE if args.min_change is None else args.min_change
+    table, back = check.checked_table(*tables, verdicts, args.source, min_change)
+    for v in verdicts:
+        print(("kept       " if v.kept(min_change) else "put back   ") + v.describe())
+    with open(args.out, "w") as f:
+        json.dump(table.to_json(), f, indent=1)
+        f.write("\n")
+    print(f"{len(verdicts)} updated entries served the runs' cells; {len(back)} put back; {len(table.entries)} "
+          f"entries in {args.out}")
+    return 0
+
+
 def _replay_arguments(p):
     p.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
     p.add_argument("--gpu", help="rank with this GPU model's measured config table too (default: the models alone)")
@@ -249,6 +288,9 @@ COMMANDS = (
     Command("config-table", "a measured config table (configs/tables/) for one GPU model from sweep-decode --json "
             "files run on it (one operand class: bf16, or fp8 tensorwise)", False, _config_table_arguments,
             _config_table),
+    Command("table-check", "check a config-table --update on the perf gate's cells: put back the updated "
+            "entries whose cells ran slower with it than without (sweep-shapes reports of both, one machine)",
+            False, _table_check_arguments, _table_check),
     Command("replay", "score the dispatcher's current choices on stored sweep-decode rows (each row's own peer "
             "timing; no GPU needed): the sweep's picks, today's picks and the best", False, _replay_arguments,
             _replay),

@@ -216,7 +216,7 @@ def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
     return row
 
 
-def _cell_problem(dtype: str, m: int, n: int, k: int) -> tuple:
+def cell_problem(dtype: str, m: int, n: int, k: int) -> tuple:
     """(GemmProblem, EpilogueSpec or None) of a sweep cell, as the eager API dispatches it."""
     from ..epilogue import EpilogueSpec
     from ..problem import make_problem
@@ -249,7 +249,7 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     from ..configs.measured import MEASURED
 
     gpu = _this_gpu(gpu)
-    p, spec = _cell_problem(dtype, m, n, k)
+    p, spec = cell_problem(dtype, m, n, k)
     cfg = default_config(p, epilogue=spec, gpu=gpu)
     entry = MEASURED.entry(p, gpu, spec)
     # the entry as the dispatcher runs it (configs.as_run: moved tiles, fitted A loads, dependent launch)
@@ -269,7 +269,7 @@ def _tuned_best_ratio(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = N
 
     if dtype == "float16":
         return None
-    p, spec = _cell_problem(dtype, m, n, k)
+    p, spec = cell_problem(dtype, m, n, k)
     entry = MEASURED.entry(p, _this_gpu(gpu), spec)
     if entry is None or not entry.ms or not entry.peer_ms:
         return None
