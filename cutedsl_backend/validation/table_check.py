@@ -82,8 +82,7 @@ def entry_verdicts(old: MeasuredTable, new: MeasuredTable, before: Iterable[dict
     wrong: set = set()
     for row in after:
         prior = earlier.get(row["id"])
-        entry = _serving(new, row) if prior is not None and new.covers(cell_problem(
-            row["dtype"], row["m"], row["n"], row["k"])[0]) else None
+        entry = _serving(new, row) if prior is not None else None
         if entry is None:
             continue
         if row["config"] == prior["config"]:
@@ -105,7 +104,7 @@ def checked_table(old: MeasuredTable, new: MeasuredTable, verdicts: Iterable[Ent
         return new, []
     olds = {(e.n, e.k, e.m): e for e in old.entries}
     undone = {(v.entry.n, v.entry.k, v.entry.m) for v in back}
-    entries = [olds.get(key) if key in undone else e for e, key in ((e, (e.n, e.k, e.m)) for e in new.entries)]
+    entries = [olds.get((e.n, e.k, e.m)) if (e.n, e.k, e.m) in undone else e for e in new.entries]
     named = ", ".join(f"{v.entry.n} x {v.entry.k} at {v.entry.m} tokens ({v.change:.3f}x)" for v in back)
     table = MeasuredTable(new.gpu, new.arch, new.operands,
                           f"{new.source}; then checked on the perf gate's cells ({source}): put back {named}",
