@@ -190,11 +190,14 @@ def _table_check(args, p) -> int:
     table, back = check.checked_table(*tables, verdicts, args.source, min_change)
     for v in verdicts:
         print(("kept       " if v.kept(min_change) else "put back   ") + v.describe())
+    unchecked = check.unchecked(*tables, verdicts)
+    for e in unchecked:
+        print(f"unchecked  {e.m}x{e.n}x{e.k} {e.config.name}: no cell of both runs ran another kernel with it")
     with open(args.out, "w") as f:
         json.dump(table.to_json(), f, indent=1)
         f.write("\n")
-    print(f"{len(verdicts)} updated entries served the runs' cells; {len(back)} put back; {len(table.entries)} "
-          f"entries in {args.out}")
+    print(f"{len(verdicts)} updated entries changed the runs' cells; {len(back)} put back; {len(unchecked)} "
+          f"unchecked (kept); {len(table.entries)} entries in {args.out}")
     return 0
 
 
