@@ -4,7 +4,6 @@ rows)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from .common import Command, dims, ints, names, shapes, write_json
@@ -80,6 +79,7 @@ def _sweep_decode_arguments(p):
 
 
 def _sweep_decode(args, p) -> int:
+    from ..configs.config import DECODE_MAX_M
     from ..validation.tuning_sweeps import sweep_decode
 
     def save(rows):  # after every shape: a sweep stopped part-way keeps what it measured
@@ -88,8 +88,9 @@ def _sweep_decode(args, p) -> int:
     prior = None
     if (args.space in ("prior", "clusters", "waves")) != bool(args.prior):
         p.error("--space prior, clusters or waves and --prior TABLE go together")
-    if args.space == "waves" and min(int(m) for m in args.ms.split(",")) <= 64:
-        p.error(f"--space waves measures token counts above 64 (--ms {args.ms}): its tiles are 128 tokens tall")
+    if args.space == "waves" and min(int(m) for m in args.ms.split(",")) <= DECODE_MAX_M:
+        p.error(f"--space waves measures token counts above {DECODE_MAX_M} (--ms {args.ms}): its tiles are 128 "
+                "tokens tall")
     if args.prior:
         from ..configs.measured import SWEEP_OPERANDS
         from ..validation.tune import load_prior
@@ -136,8 +137,7 @@ def _config_table(args, p) -> int:
 
     rows = load_sweep_rows(args.sweeps)
     if args.update:
-        with open(args.update) as f:
-            old = MeasuredTable.from_json(json.load(f))
+        old = MeasuredTable.load(args.update)
         if old.gpu != args.gpu:
             p.error(f"--update {args.update}: a table for {old.gpu}, not {args.gpu}")
         table = updated_table(old, rows, args.source, min_gain=args.min_gain)
@@ -148,9 +148,7 @@ def _config_table(args, p) -> int:
         print(f"{len(changed)} of {len(table.entries)} entries changed by {len(rows)} sweep rows")
     else:
         table = table_from_sweeps(rows, args.gpu, args.source, min_gain=args.min_gain)
-    with open(args.out, "w") as f:
-        json.dump(table.to_json(), f, indent=1)
-        f.write("\n")
+    table.save(args.out)
     chosen = [e for e in table.entries if e.beats_models(args.min_gain)]
     gains = [e.model_ms / e.ms for e in chosen if e.model_ms > 0]
     gain = geomean(gains) if gains else 1.0
@@ -178,10 +176,7 @@ def _table_check(args, p) -> int:
     from ..configs.measured import MeasuredTable
     from ..validation import table_check as check
 
-    tables = []
-    for path in (args.old, args.new):
-        with open(path) as f:
-            tables.append(MeasuredTable.from_json(json.load(f)))
+    tables = [MeasuredTable.load(args.old), MeasuredTable.load(args.new)]
     try:
         verdicts = check.entry_verdicts(*tables, check.load_perf_rows(args.before), check.load_perf_rows(args.after))
     except ValueError as e:
@@ -193,9 +188,7 @@ def _table_check(args, p) -> int:
     unchecked = check.unchecked(*tables, verdicts)
     for e in unchecked:
         print(f"unchecked  {e.m}x{e.n}x{e.k} {e.config.name}: no cell of both runs ran another kernel with it")
-    with open(args.out, "w") as f:
-        json.dump(table.to_json(), f, indent=1)
-        f.write("\n")
+    table.save(args.out)
     print(f"{len(verdicts)} updated entries changed the runs' cells; {len(back)} put back; {len(unchecked)} "
           f"unchecked (kept); {len(table.entries)} entries in {args.out}")
     return 0

@@ -154,6 +154,15 @@ class MeasuredTable:
                                       e["ms"], e["peer_ms"], e["model_ms"]) for e in data["entries"])
         return cls(data["gpu"], data["arch"], data["operands"], data["source"], entries)
 
+    @classmethod
+    def load(cls, path) -> "MeasuredTable":
+        """The table in the JSON file ``path``."""
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def save(self, path) -> None:
+        """Write the table to ``path`` as the shipped tables are written (JSON, one-space indents)."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
 
 def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "sm90a",
                       min_gain: float = MIN_GAIN) -> MeasuredTable:

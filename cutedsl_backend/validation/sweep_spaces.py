@@ -156,13 +156,15 @@ def sweep_problem(dtype: str, m: int, n: int, k: int):
     return problem, (EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None)
 
 
-def load_sweep_rows(paths) -> list:
-    """The rows of ``sweep-decode --json`` files (``.json`` or ``.json.gz``)."""
+def read_json(path):
+    """The JSON in ``path``, gzip-compressed where its name ends in ``.gz`` (as stored results are)."""
     import gzip
     import json
 
-    rows: list = []
-    for path in paths:
-        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
-            rows += json.load(f)
-    return rows
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+        return json.load(f)
+
+
+def load_sweep_rows(paths) -> list:
+    """The rows of ``sweep-decode --json`` files (``.json`` or ``.json.gz``)."""
+    return [row for path in paths for row in read_json(path)]

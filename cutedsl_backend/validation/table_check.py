@@ -14,8 +14,6 @@ back as the old table had it (or dropped where it had none). Pure Python.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from typing import Iterable, Optional
 
 from ..configs.measured import MeasuredEntry, MeasuredTable
 from .shape_sweep import cell_problem
+from .sweep_spaces import read_json
 
 # the least after / before geomean an updated entry keeps. Cells that ran the same kernel in both
 # of two back-to-back sweeps on an H100 (353 cells at 1-24 tokens) moved by 0.6% (median), 3% (90th
@@ -60,11 +59,7 @@ class EntryVerdict:
 def load_perf_rows(paths: Iterable) -> list:
     """The perf cells of ``sweep-shapes --json`` reports (``.json`` or ``.json.gz``), those that
     raised (no ratio) included."""
-    rows: list = []
-    for path in paths:
-        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
-            rows += [r for r in json.load(f)["results"] if r.get("gate") == "perf"]
-    return rows
+    return [r for path in paths for r in read_json(path)["results"] if r.get("gate") == "perf"]
 
 
 def changed_entries(old: MeasuredTable, new: MeasuredTable) -> dict:
