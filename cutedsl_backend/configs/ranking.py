@@ -1,4 +1,4 @@
-"""Ranking configs for a problem: the heuristic (a per-wave roofline), the wide-tile rule, the
+"""Ranking configs for a problem: the heuristic (configs.heuristic), the wide-tile rule, the
 few-token and mid-size cost models fitted on H200 measurements, the swap-AB model fitted on H100
 measurements, and the measured overrides (configs.tuning); default_config is the pick. Pure Python."""
 
@@ -13,45 +13,15 @@ from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_cla
 from .as_run import as_run
 from .config import DECODE_MAX_M, GemmConfig, decode_a_rows, natural_tile_k
 from .families import family
+from .heuristic import cluster_tie_break, heuristic_score
 from .measured import MEASURED
-from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
+from .resources import launch_tiles, promoted_acc_copies
 from .rules import fits, valid_configs
 from .tuning import tuned_choice
 
 
 def _tiles(problem: GemmProblem, cfg: GemmConfig) -> int:
     return math.ceil(problem.m / cfg.tile_m) * math.ceil(problem.n / cfg.tile_n) * problem.batch
-
-
-def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
-    """Estimated relative time (lower is better) of ``cfg`` on ``problem``.
-
-    A roofline per wave: each wave of persistent tiles costs the larger of its math time and
-    its operand traffic; partial last waves, tile padding and a cluster's tiles past the grid's
-    edge (they hold an SM) are paid in full. Larger tiles read less operand data per flop,
-    clusters cut L2->SM traffic by multicasting. Counting the clusters' padding: on the H200's
-    mid-size sweep at 640 tokens (five 128-row tiles, so a cluster of two along M launches six),
-    the picks with 2 x 1 clusters measured 0.52-0.82x cuBLAS on seven shapes where the same tile
-    with a 1 x 2 cluster was the fastest candidate (0.97-1.08x; the picks now take it, rastered
-    along M where the measured best ran along N: on the H100's sweep at 1024 tokens the two
-    rasters of the picks' tiles measured within 0.2% in geomean).
-    """
-    # the tile slots the launch holds: its grid rounded up to whole clusters (as the models count it)
-    tiles = launch_tiles(problem, cfg) // ctas_per_mma(cfg)
-    waves = math.ceil(tiles / num_sms)
-    tile_k = cfg.tile_k or natural_tile_k(problem.dtype)
-    k_pad = math.ceil(problem.k / tile_k) * tile_k
-    math_per_tile = cfg.tile_m * cfg.tile_n * k_pad
-    mcast_a = cfg.cluster_n
-    mcast_b = cfg.cluster_m
-    bytes_per_tile = (cfg.tile_m / mcast_a + cfg.tile_n / mcast_b) * k_pad * dtype_bits(problem.dtype) / 8
-    # ~ bf16 dense rate per SM vs L2 bandwidth per SM: one byte per ~ 128 MACs balances them.
-    per_tile = max(math_per_tile, bytes_per_tile * 160)
-    # pingpong hides the epilogue; cooperative pays it, more so when K is short.
-    epi = cfg.tile_m * cfg.tile_n * (2 if cfg.schedule == "cooperative" else 0.5) * 16
-    # small tiles waste issue slots on the tensor cores
-    eff = 1.0 if cfg.tile_m * cfg.tile_n >= 128 * 128 else 1.12
-    return waves * (per_tile * eff + epi)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,7 +46,7 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
     # ones, except where a measured override (_TUNED_SM90) picks one
     cands.sort(key=lambda c: (c != tuned, problem.promote_fp8 and promoted_acc_copies(c) == 2,
-                              heuristic_score(c, problem, num_sms), c.name))
+                              heuristic_score(c, problem, num_sms), cluster_tie_break(c, problem), c.name))
     wide = wide_tile_choice(problem, num_sms, epilogue) if tuned is None else None
     if wide is not None and cands and cands[0].shape == WIDE_TILE_BASE.shape:
         cands.insert(0, wide)  # a tile outside the tuner's space, in place of the one it was measured against
