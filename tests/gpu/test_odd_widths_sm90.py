@@ -1,4 +1,4 @@
-"""Tiles whose width is a multiple of 16 but not of 32 on a Hopper GPU (144, 176, 208, 240 columns;
+"""Tiles whose width is a multiple of 16 but not of 32 on a Hopper GPU (112, 144, 176, 208, 240 columns;
 16, 80 and 112 tokens swapped): their epilogue stores 48- or 16-column sub-tiles
 (configs.resources.epilogue_tile_n). Numerics against a float64 reference (output poisoned with
 NaN) over tails, batches, both operand majors, clusters, K slices, stream-K, edge tiles, fused
@@ -21,6 +21,7 @@ from .operands import (  # noqa: E402
 
 pytestmark = [pytest.mark.gpu("sm90"), pytest.mark.epilogue("none")]
 ODD = [GemmConfig(128, 144), GemmConfig(128, 144, cluster_n=2), GemmConfig(128, 176, cluster_m=2),
+       GemmConfig(128, 112, cluster_m=2),
        GemmConfig(128, 208), GemmConfig(128, 240, edge=True), GemmConfig(128, 144, splits=2),
        GemmConfig(128, 144, stream_k=True), GemmConfig(128, 144, schedule="pingpong"),
        GemmConfig(64, 80, schedule="pingpong", swap_ab=True),
@@ -60,13 +61,13 @@ def test_odd_widths_fused_epilogue(cfg, aligned):
 @pytest.mark.epilogue("scales")
 @pytest.mark.parametrize("kind", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("cfg, fast", [(GemmConfig(128, 144), False), (GemmConfig(128, 176, cluster_n=2), False),
-                                       (GemmConfig(128, 240), True),
+                                       (GemmConfig(128, 112, cluster_m=2), False), (GemmConfig(128, 240), True),
                                        (GemmConfig(64, 80, schedule="pingpong", swap_ab=True), False),
                                        (GemmConfig(64, 16, schedule="pingpong", cluster_m=4, stages=16, swap_ab=True),
                                         False)],
-                         ids=["144-precise", "176-precise", "240-fast", "swap-80", "swap-16"])
+                         ids=["144-precise", "176-precise", "112-precise", "240-fast", "swap-80", "swap-16"])
 def test_odd_widths_fp8(kind, cfg, fast):
-    """Precise FP8 (two fp32 accumulators) takes 144 and 176: the rules refuse 240 without fast_accum."""
+    """Precise FP8 (two fp32 accumulators) takes 112, 144 and 176: the rules refuse 240 without fast_accum."""
     check_scaled_mm(cfg, kind, (320, 4104, 4096), SEED, fast)
 
 

@@ -132,3 +132,13 @@ def test_tune_runs_the_waves_sweeps_last_against_the_table_it_measured_so_far(tm
     made = {Path(p).name: MeasuredTable.from_json(json.loads(Path(p).read_text())) for p in paths}
     assert all(t.entries[0].config == wide for t in made.values())  # 17% faster than the entry: named
     assert "--space waves" in made[next(n for n in made if n.endswith("16bit.json"))].source
+
+
+def test_fp8_at_1024_tokens_tries_the_112_wide_tile_cublas_runs():
+    # 3584 x 14336 at 1024 tokens: 128-wide tiles make 8 x 28 = 224 (1.70 waves), 112-wide ones
+    # 8 x 32 = 256 (1.94); cuBLAS's FP8 kernel there is 112 wide (H100, probe-configs --peer-kernels)
+    cands = sp.wave_candidates(None, 3584, 14336, 1024, dtype="fp8_tensorwise")
+    assert cands[0].tile_n == 128  # the models' pick
+    tried = cands[1:]
+    assert GemmConfig(128, 112, cluster_m=2) in tried
+    assert all(c.tile_n != 96 for c in tried)  # 3584 / 96: 38 tiles, no better fill than 128
