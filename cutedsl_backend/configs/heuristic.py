@@ -52,9 +52,12 @@ def cluster_tie_break(cfg: GemmConfig, problem: GemmProblem) -> tuple:
     and by 14% / 15% / 10% / 4% in bf16 at 512 / 768 / 1024 / 1536, the 128 x 192 tile by 3-13%;
     2 x 1 along N ran 3.6% faster than 1 x 2 along M (FP8, 1024 tokens, 128 x 128: median 1.6%,
     none more than 1.3% slower), which in turn ran 3-5% faster than 1 x 2 along N; 2 x 1 ran along
-    N 0-1.6% faster than along M (bf16, 768-1536 tokens)."""
-    cta_m = cfg.tile_m // ctas_per_mma(cfg)
-    pads = launch_tiles(problem, cfg) > (math.ceil(problem.m / cta_m) * math.ceil(problem.n / cfg.tile_n)
-                                         * problem.batch)
+    N 0-1.6% faster than along M (bf16, 768-1536 tokens). Other ties (2 x 2 against 2 x 1, 1 x 1
+    against 1 x 2) fall to the names' order."""
+    if cfg.swap_ab:
+        problem = problem.swapped()  # a swap config runs the swapped problem's tile grid
+    # the grid without clusters: whole MMA tiles (a 2-CTA tile's CTAs share its rows)
+    rows = math.ceil(problem.m / cfg.tile_m) * ctas_per_mma(cfg)
+    pads = launch_tiles(problem, cfg) > rows * math.ceil(problem.n / cfg.tile_n) * problem.batch
     paired = "n" if cfg.cluster_m > cfg.cluster_n else "m" if cfg.cluster_n > cfg.cluster_m else None
     return (pads, -cfg.cluster_m, paired is not None and cfg.raster != paired)

@@ -63,3 +63,20 @@ def test_square_tiles_cluster_along_m_rastered_along_n_where_no_row_pads():
 
     assert order(even) == [(2, 1, "n"), (2, 1, "m"), (1, 1, "m"), (1, 1, "n"), (1, 2, "m"), (1, 2, "n")]
     assert order(odd) == [(1, 1, "m"), (1, 1, "n"), (1, 2, "m"), (1, 2, "n"), (2, 1, "n"), (2, 1, "m")]
+
+
+def test_the_tie_break_counts_padding_past_whole_mma_tiles_batches_and_swapped_grids():
+    from cutedsl_backend.configs.heuristic import cluster_tie_break
+    from cutedsl_backend.problem import make_problem
+
+    # sm100a 2-CTA: a 256-row MMA tile is two CTAs of 128 rows; 1664 tokens = 6.5 such tiles, so 7
+    # MMA tiles (14 CTA rows) whether or not the cluster is 2 x 1: no cluster padding
+    p = make_problem(1664, 576, 1024, dtype="bfloat16", arch="sm100a", batch=2, b_major="k")
+    two_cta = GemmConfig(256, 128, cluster_m=2, two_cta=True, arch="sm100a")
+    assert cluster_tie_break(two_cta, p)[0] is False
+    # N = 576 in 64-wide tiles is 9 columns: a 2 x 2 cluster pads one, in every batch
+    assert cluster_tie_break(GemmConfig(256, 64, cluster_m=2, cluster_n=2, two_cta=True, arch="sm100a"), p)[0]
+    # swap-AB: the weights are the rows; 576 = 9 rows of 64 pad a cluster of two along them
+    swap = GemmConfig(64, 64, schedule="pingpong", cluster_m=2, swap_ab=True)
+    q = make_problem(128, 576, 1024, dtype="bfloat16", b_major="k")
+    assert cluster_tie_break(swap, q)[0] and not cluster_tie_break(swap.replace(cluster_m=1, cluster_n=2), q)[0]
