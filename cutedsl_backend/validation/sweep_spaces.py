@@ -108,10 +108,9 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
 
 # the 128-row tile widths a waves sweep tries: steps of 16 between the tuning space's 128, 192
 # and 256 (144 cuts 576 and 4608 columns into whole tiles, as cuBLAS's 144-wide tiles do), and 96
-# and 112 below 128: cuBLAS's FP8 kernels at 512-2048 tokens on the H100 (`probe-configs
-# --peer-kernels`) run 96- and 112-wide tiles over 1536- and 3584-wide weights (16 and 32 whole
-# tiles; 1024 tokens: 256 tiles, 1.94 waves, against 128-wide tiles' 224, 1.70) where our
-# 128-wide picks ran at 0.82-0.88x theirs (the widths' share of that gap is what the sweep measures)
+# and 112 below 128: at 512-2048 tokens cuBLAS's FP8 kernels cut 1536- and 3584-wide weights into
+# 16 and 32 whole tiles of 96 and 112 columns (1024 tokens: 256 tiles, 1.94 waves, against 128-wide
+# tiles' 224, 1.70), where 128-wide tiles ran at 0.82-0.88x their speed
 WAVE_WIDTHS = (96, 112, 144, 160, 176, 208, 224, 240)
 # a width is tried where the share of the SMs' wave slots it fills (configs.wave_efficiency, which
 # counts neither cluster padding nor K slices) exceeds the cell's baseline's by this much
