@@ -196,7 +196,11 @@ def _table_check(args, p) -> int:
 
 def _replay_arguments(p):
     p.add_argument("sweeps", nargs="+", help="sweep-decode --json files (.json or .json.gz)")
-    p.add_argument("--gpu", help="rank with this GPU model's measured config table too (default: the models alone)")
+    p.add_argument("--gpu", action="append", default=[],
+                   help="rank with this GPU model's measured config tables too (its own and those it borrows), "
+                   "scored beside the models alone on the same rows; repeatable")
+    p.add_argument("--no-borrowed-tables", action="store_true",
+                   help="each GPU model's own tables only (configs.measured.BORROWED_TABLES: the other half of an A/B)")
     p.add_argument("--json", help="write the scored rows and summaries here")
 
 
@@ -204,17 +208,22 @@ def _replay(args, p) -> int:
     from ..validation.replay import replay
     from ..validation.sweep_spaces import load_sweep_rows
 
-    result = replay(load_sweep_rows(args.sweeps), gpu=args.gpu)
+    if args.no_borrowed_tables:
+        from ..configs.measured import MEASURED
+
+        MEASURED.borrowing = False
+    result = replay(load_sweep_rows(args.sweeps), gpus=(None, *args.gpu))
     write_json(args.json, result)
     if result["all"] is None:
-        print(f"no row timed the config the dispatcher picks now ({len(result['not_measured'])} rows)")
+        print(f"no row timed the configs the dispatcher picks now ({len(result['not_measured'])} rows)")
         return 1
     for label, s in [("all", result["all"])] + [(f"M = {m}", s) for m, s in result["per_m"].items()]:
+        now = ", ".join(f"now ({r}) {s['now'][r]:.3f}" for r in result["rankings"])
+        below = ", ".join(f"{r} {s['below_gate_now'][r]}" for r in result["rankings"])
         print(f"{label:>8}: {s['cells']} cells; geomean vs the peer: the sweep's picks {s['swept_pick']:.3f}, "
-              f"now {s['now']:.3f}, best {s['best']:.3f}; below 0.90: {s['below_gate_swept_pick']} -> "
-              f"{s['below_gate_now']}")
+              f"{now}, best {s['best']:.3f}; below 0.90: the sweep's picks {s['below_gate_swept_pick']}, {below}")
     if result["not_measured"]:
-        print(f"{len(result['not_measured'])} rows did not time the config the dispatcher picks now (not scored)")
+        print(f"{len(result['not_measured'])} rows did not time a config the dispatcher picks now (not scored)")
     return 0
 
 

@@ -3,14 +3,15 @@
 
 A cost model ranks configs for any shape; for the projections models actually run it leaves
 5-15% on the table at a few hundred tokens (where wave quantization and the per-tile prologue
-decide most of the time). A table records what the sweep measured instead, for its GPU only:
+decide most of the time). A table records what the sweep measured instead, on its GPU:
 per projection and measured M, the config that ran fastest there, or the models' pick where no
 candidate beat it beyond noise (a measured config either way). The measured token counts are
 bucket bounds: a runtime M is served by the entry at the smallest measured M at or above it,
 if that is within a factor sqrt(2): its config partitions the tokens into as many tiles or
 fewer, so it runs at most the work it was measured at, and nothing farther is trusted (a config
 measured at 128 tokens still has one tile at 16, where the problem is bandwidth-bound and the
-few-token configs win). Anything else - another GPU, projection, layout, batch or operand class,
+few-token configs win). A GPU model may borrow another's tables where its own have no entry
+(:data:`BORROWED_TABLES`: the same die). Anything else - another GPU, projection, layout, batch or operand class,
 an M above the largest measured one or far below the next - falls back to the ranking's models.
 
 Tables are JSON files in ``configs/tables/``, made by ``python -m cutedsl_backend config-table``
@@ -25,7 +26,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from types import MappingProxyType
+from typing import Iterable, Mapping, Optional
 
 from ..problem import GemmProblem, operand_class
 from .config import DECODE_MAX_M, GemmConfig, decode_a_rows
@@ -40,6 +42,13 @@ MAX_M_RATIO = math.sqrt(2)
 MIN_GAIN = 0.03
 # sweep-decode's --dtype -> the operand class (problem.operand_class) its rows measure
 SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_tensorwise_fast": "fp8_fast"}
+# GPU models that serve another model's tables where none of their own holds an entry: the same die,
+# SM count, clocks and power cap (an H200 is an H100 SXM's GH100 with faster, larger HBM), so a
+# config's rank carries over where compute and waves decide it, the mid-size token counts the
+# tables mostly cover. Replayed on the H200's own FP8 sweeps at 192 tokens (every candidate timed
+# there, docs/results/h200/2026-12-06/sweeps), the H100's table picked configs at 1.076x
+# torch._scaled_mm in geomean against the models' 0.978x and the H200's own table's 1.105x.
+BORROWED_TABLES: Mapping[str, tuple] = MappingProxyType({"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)})
 
 
 @dataclass(frozen=True)
@@ -277,12 +286,17 @@ def _merged_rows(rows: Iterable[dict]) -> tuple:
 class MeasuredTables:
     """The tables of ``$CUTEDSL_BACKEND_CONFIG_TABLES`` (a directory of tables a user made with
     ``python -m cutedsl_backend tune``; looked up first) and those shipped in ``configs/tables/``,
-    loaded once, looked up by GPU model name."""
+    loaded once, looked up by GPU model name; a model with a lender in ``borrowed`` falls back to
+    the lender's tables where its own hold no entry."""
 
-    def __init__(self, directory: Path = TABLE_DIR, env: str = "CUTEDSL_BACKEND_CONFIG_TABLES"):
+    def __init__(self, directory: Path = TABLE_DIR, env: str = "CUTEDSL_BACKEND_CONFIG_TABLES",
+                 borrowed: Mapping[str, tuple] = BORROWED_TABLES):
         self.directory = directory
         self.env = env
+        self.borrowed = borrowed
         self.enabled = True  # False: the models alone (an A/B of the tables, sweep-shapes --no-config-tables)
+        # False: a GPU model's own tables only (an A/B of the borrowed ones, sweep-shapes --no-borrowed-tables)
+        self.borrowing = True
         self._tables: Optional[dict] = None
 
     def directories(self) -> list:
@@ -308,17 +322,28 @@ class MeasuredTables:
         return self._tables
 
     def for_gpu(self, gpu: Optional[str]) -> tuple:
-        """The tables measured on GPU model ``gpu`` (none for None or an unmeasured model)."""
-        return tuple(self._load().get(gpu, ())) if gpu and self.enabled else ()
+        """The tables serving GPU model ``gpu`` in the order they are looked up: those measured on
+        it, then those it borrows (:data:`BORROWED_TABLES`); none for None or an unmeasured model."""
+        if not gpu or not self.enabled:
+            return ()
+        tables = self._load()
+        lenders = self.borrowed.get(gpu, ()) if self.borrowing else ()
+        return tuple(t for model in (gpu, *lenders) for t in tables.get(model, ()))
+
+    def served(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[tuple]:
+        """(entry, table) serving ``problem`` on GPU model ``gpu``: the first of :meth:`for_gpu`'s
+        tables holding one (its ``gpu`` says whether it was measured on this model or borrowed)."""
+        for table in self.for_gpu(gpu):
+            found = table.entry(problem, epilogue)
+            if found is not None:
+                return found, table
+        return None
 
     def entry(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[MeasuredEntry]:
         """The table entry serving ``problem`` on GPU model ``gpu`` (its ``m`` is the token count
         it was measured at), if a table holds one."""
-        for table in self.for_gpu(gpu):
-            found = table.entry(problem, epilogue)
-            if found is not None:
-                return found
-        return None
+        found = self.served(problem, gpu, epilogue)
+        return None if found is None else found[0]
 
     def bounds(self, problem: GemmProblem, gpu: Optional[str]) -> tuple:
         """The token counts this GPU model's tables measured ``problem``'s projection at (its class

@@ -6,46 +6,53 @@ ranking (``default_config``) scores a change to the cost models against stored m
 without a GPU: per row, the peer's time over the time of the config the dispatcher now picks.
 Each row keeps its own peer (rows of different sweeps are never merged: their peer timings
 differ), and a row that did not time the config the dispatcher now picks is counted as not
-measured, not scored.
+measured, not scored. Several rankings (the models alone, or with one GPU model's measured
+tables each) are scored side by side on the same rows: a row counts where it timed every one's
+pick, so their geomeans compare.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 from .bench import geomean
 from .shape_sweep import MIN_CELL_RATIO as GATE
 from .sweep_spaces import sweep_problem
 
+MODELS = "models"  # the label of the ranking without tables
 
-def replay(rows: list, gpu: Optional[str] = None) -> dict:
+
+def replay(rows: list, gpus: tuple = (None,)) -> dict:
     """Score the dispatcher's current choices on ``rows``: per row the ratio (peer / ours) of the
-    config the sweep's models picked (``pick``), of the config ``default_config`` picks now (with
-    the measured table of GPU model ``gpu``, if given; the models alone otherwise) and of the
-    fastest candidate; their geomeans overall and per M, and the cells below the gate."""
+    config the sweep's models picked (``pick``), of the config ``default_config`` picks now for
+    each of ``gpus`` (with that GPU model's measured tables, its own and those it borrows; None:
+    the models alone, labelled ``models``) and of the fastest candidate; their geomeans overall
+    and per M, and the cells below the gate."""
     from ..configs import default_config
 
+    labels = [gpu or MODELS for gpu in gpus]
     scored, missing = [], []
     for row in rows:
         # (rows of sweeps from before the dtype field: bf16, their only mode)
         problem, spec = sweep_problem(row.get("dtype", "bfloat16"), row["m"], row["n"], row["k"])
         # the sweeps time candidates as tiled; the pick as run (configs.as_run: moved tiles,
         # dependent launch) is the same config to a model that ranks them
-        now = default_config(problem, epilogue=spec, gpu=gpu).tiling()
+        now = {label: default_config(problem, epilogue=spec, gpu=gpu).tiling().name for label, gpu in zip(labels, gpus)}
         times = row["times"]
-        if now.name not in times or row["pick"] not in times:
-            missing.append({"m": row["m"], "n": row["n"], "k": row["k"], "config": now.name})
+        absent = sorted({name for name in now.values() if name not in times})
+        if absent or row["pick"] not in times:
+            missing.append({"m": row["m"], "n": row["n"], "k": row["k"], "configs": absent or [row["pick"]]})
             continue
-        scored.append({"m": row["m"], "n": row["n"], "k": row["k"], "config": now.name,
+        scored.append({"m": row["m"], "n": row["n"], "k": row["k"], "configs": now,
                        "swept_pick": row["peer_ms"] / times[row["pick"]],
-                       "now": row["peer_ms"] / times[now.name],
+                       "now": {label: row["peer_ms"] / times[name] for label, name in now.items()},
                        "best": row["peer_ms"] / min(times.values())})
 
     def summary(cells):
-        return {"cells": len(cells), **{key: geomean(c[key] for c in cells) for key in ("swept_pick", "now", "best")},
+        return {"cells": len(cells), "swept_pick": geomean(c["swept_pick"] for c in cells),
+                "now": {label: geomean(c["now"][label] for c in cells) for label in labels},
+                "best": geomean(c["best"] for c in cells),
                 "below_gate_swept_pick": sum(c["swept_pick"] < GATE for c in cells),
-                "below_gate_now": sum(c["now"] < GATE for c in cells)}
+                "below_gate_now": {label: sum(c["now"][label] < GATE for c in cells) for label in labels}}
 
-    return {"all": summary(scored) if scored else None,
+    return {"rankings": labels, "all": summary(scored) if scored else None,
             "per_m": {m: summary([c for c in scored if c["m"] == m]) for m in sorted({c["m"] for c in scored})},
             "rows": scored, "not_measured": missing}

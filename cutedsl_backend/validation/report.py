@@ -277,13 +277,14 @@ def perf_markdown(perf: dict) -> list:
                    f"({v['worst']['cell']}) | {v['below_gate']} | {v['wrong']} |")
     served = {d: v for d, v in (perf.get("summary") or {}).items() if v.get("table_cells")}
     if served:
-        out += ["", "Cells whose config came from this GPU's measured config table (`configs/tables/`: measured on "
+        out += ["", "Cells whose config came from a measured config table (`configs/tables/`: measured on "
                 "these projections, in sample where at the cell's own M; the rest of them served by the entry "
-                "at the next measured M up, out of sample; where it differs from the cost models' pick) and the "
-                "other cells (the cost models):", "",
-                "| dtype | table cells | of them from another M | geomean | other cells | geomean |",
-                "|---|---|---|---|---|---|"]
-        out += [f"| {d} | {v['table_cells']} | {v.get('table_cells_other_m', '-')} | {fmt(v['geomean_table'])} | "
+                "at the next measured M up, out of sample; where it differs from the cost models' pick; "
+                "borrowed: measured on another GPU model of the same die) and the other cells (the cost models):",
+                "", "| dtype | table cells | of them from another M | of them borrowed | geomean | other cells "
+                "| geomean |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {d} | {v['table_cells']} | {v.get('table_cells_other_m', '-')} | "
+                f"{v.get('table_cells_borrowed', '-')} | {fmt(v['geomean_table'])} | "
                 f"{v['cells'] - v['table_cells']} | {fmt(v['geomean_models'])} |" for d, v in served.items()]
     out += below_gate_markdown(perf)
     rows = [r for r in perf.get("results", []) if "ratio" in r]

@@ -29,6 +29,8 @@ ROUNDS = 3
 MAX_ROUND_SPREAD = 1.10
 EXTRA_ROUND_SETS = 2
 HBM_TBPS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
+# a cell's config_source where a measured table chose its config (_config_choice)
+TABLE_SOURCES = ("measured table", "borrowed table")
 
 
 def cell_seed(dtype: str, n: int, k: int, m: int) -> int:
@@ -205,7 +207,7 @@ def run_cell(dtype: str, proj, m: int, cold: bool = False) -> dict:
     row["ours_tbps"] = moved / (timing["ours_ms"] * 1e9)
     row["peer_tbps"] = moved / (timing["peer_ms"] * 1e9)
     gpu = torch.cuda.get_device_name()
-    row["config"], row["config_source"], row["table_m"] = _config_choice(dtype, m, n, k, gpu)
+    row["config"], row["config_source"], row["table_m"], row["table_gpu"] = _config_choice(dtype, m, n, k, gpu)
     row["tuned_best_ratio"] = _tuned_best_ratio(dtype, m, n, k, gpu)
     if not row["correct"]:
         row.update(status="fail", reason=f"wrong result: {check}")
@@ -241,9 +243,11 @@ def _this_gpu(gpu: Optional[str]) -> str:
 def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> tuple:
     """The config a cell runs, where the choice came from: "measured table" (this GPU model's
     entry for the projection, configs.measured, where it differs from what the cost models pick at
-    this M) or "models" (the ranking's cost models, also where a table entry names their own
-    pick), and the token count the table's entry was measured at (None for the models; another M
-    than the cell's: the entry serves it from the next measured M up, out of sample)."""
+    this M), "borrowed table" (the same from a table measured on another model this one borrows,
+    configs.measured.BORROWED_TABLES) or "models" (the ranking's cost models, also where a table
+    entry names their own pick); the token count the table's entry was measured at (None for the
+    models; another M than the cell's: the entry serves it from the next measured M up, out of
+    sample); and the GPU model the table was measured on (None for the models)."""
     from ..configs import default_config
     from ..configs.as_run import as_run
     from ..configs.measured import MEASURED
@@ -251,12 +255,13 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     gpu = _this_gpu(gpu)
     p, spec = cell_problem(dtype, m, n, k)
     cfg = default_config(p, epilogue=spec, gpu=gpu)
-    entry = MEASURED.entry(p, gpu, spec)
+    served = MEASURED.served(p, gpu, spec)
+    entry, table = served if served is not None else (None, None)
     # the entry as the dispatcher runs it (configs.as_run: moved tiles, fitted A loads, dependent launch)
     if (entry is not None and entry.config is not None and as_run(entry.config, p, spec) == cfg
             and cfg != default_config(p, epilogue=spec)):
-        return cfg.name, "measured table", entry.m
-    return cfg.name, "models", None
+        return cfg.name, "measured table" if table.gpu == gpu else "borrowed table", entry.m, table.gpu
+    return cfg.name, "models", None, None
 
 
 def _tuned_best_ratio(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None) -> Optional[dict]:
@@ -264,14 +269,19 @@ def _tuned_best_ratio(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = N
     its tuning sweep timed there against that sweep's peer time (``ratio``) and the token count it
     was measured at (``m``): whether a cell below the gate lost by the choice or by every config
     the sweep had. None without such an entry, and for fp16 cells (16-bit tables are swept in
-    bf16, against cuBLAS's bf16 kernels)."""
+    bf16, against cuBLAS's bf16 kernels) and for entries borrowed from another GPU model's table
+    (timed against that GPU's peer)."""
     from ..configs.measured import MEASURED
 
     if dtype == "float16":
         return None
     p, spec = cell_problem(dtype, m, n, k)
-    entry = MEASURED.entry(p, _this_gpu(gpu), spec)
-    if entry is None or not entry.ms or not entry.peer_ms:
+    gpu = _this_gpu(gpu)
+    served = MEASURED.served(p, gpu, spec)
+    if served is None or served[1].gpu != gpu:
+        return None
+    entry = served[0]
+    if not entry.ms or not entry.peer_ms:
         return None
     return {"ratio": entry.peer_ms / entry.ms, "m": entry.m}
 
@@ -297,13 +307,15 @@ def summarize(rows: list) -> dict:
             "worst": {"ratio": worst["ratio"], "cell": f"{worst['model']} {worst['projection']} M={worst['m']}"},
             "below_gate": sum(r["ratio"] < MIN_CELL_RATIO for r in ran),
             "wrong": sum(not r.get("correct", True) for r in ran),
-            # cells whose config came from this GPU's measured table (the projections it was
-            # measured on: in sample where measured at the cell's own M), and the rest (the models)
-            "table_cells": sum(r.get("config_source") == "measured table" for r in ran),
-            "table_cells_other_m": sum(r.get("config_source") == "measured table" and r.get("table_m") not in
+            # cells whose config came from a measured table (the projections it was measured on:
+            # in sample where measured at the cell's own M, and on this GPU model unless borrowed),
+            # and the rest (the models)
+            "table_cells": sum(r.get("config_source") in TABLE_SOURCES for r in ran),
+            "table_cells_other_m": sum(r.get("config_source") in TABLE_SOURCES and r.get("table_m") not in
                                        (None, r["m"]) for r in ran),
-            "geomean_table": geo([r for r in ran if r.get("config_source") == "measured table"]),
-            "geomean_models": geo([r for r in ran if r.get("config_source") != "measured table"]),
+            "table_cells_borrowed": sum(r.get("config_source") == "borrowed table" for r in ran),
+            "geomean_table": geo([r for r in ran if r.get("config_source") in TABLE_SOURCES]),
+            "geomean_models": geo([r for r in ran if r.get("config_source") not in TABLE_SOURCES]),
         }
     return out
 

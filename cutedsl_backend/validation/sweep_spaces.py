@@ -63,27 +63,32 @@ def _four_row_candidate(cfg) -> bool:
     return cfg.swap_ab and cfg.tile_m == 64 and cfg.splits == 1 and cfg.tile_n <= CLUSTER_WIDTHS[-1]
 
 
-# the token widths of the 64-row swap-AB tiles clustered four along the weights
-CLUSTER_WIDTHS = (32, 64, 96, 128, 160)
-# and of the 128-row ones, above this many tokens
-WIDE_CLUSTER_WIDTHS = (128, 160, 192, 256)
+# the token widths of the 64-row swap-AB tiles clustered four along the weights (80: in 4 x 2
+# clusters 5-10% faster than the FP8 picks at 144 tokens on 4608 x 3584 and 320 on 9216 x 3072,
+# H100 probes)
+CLUSTER_WIDTHS = (32, 64, 80, 96, 128, 160)
+# and of the 128-row ones, above this many tokens (96: in 2 x 1 clusters 18-19% faster than the
+# FP8 picks at 288 tokens on 4608 x 3584 and 10240 x 8192, H100 probes)
+WIDE_CLUSTER_WIDTHS = (96, 128, 160, 192, 256)
 WIDE_CLUSTER_FROM = 192
+# the most token tiles a cluster sweep's candidate cuts the tokens into
+CLUSTER_MAX_TOKEN_TILES = 4
 
 
 def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -> list:
     """The configs of a sweep that tries four-row clusters (:func:`four_row_clusters`: 4x1 and 4x2)
     against a table's choice: the entry of ``prior`` (this GPU's table) serving (n, k) at ``m``
     tokens, if any, then 64-row ping-pong swap-AB tiles of each :data:`CLUSTER_WIDTHS` width that
-    cuts the tokens into at most three tiles, without a cluster and with 4 x 1 and 4 x 2 (four
-    weight tiles share the tokens' panel by multicast, the two token tiles of 4 x 2 the weights'),
-    no K slices: the shape cuBLAS ran at 80-160 tokens on the H100's 3072- and 3584-wide weights
-    (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs --peer-kernels``). Above
-    :data:`WIDE_CLUSTER_FROM` tokens also 128-row cooperative swap tiles of each
-    :data:`WIDE_CLUSTER_WIDTHS` width within three tiles, in 4 x 1 and 4 x 2 (cuBLAS ran 256 x 96 in
-    4 x 1 at 288 tokens on 10240 x 8192). Up to 64 tokens instead one token tile 16, 32, 48 or 64
-    wide holding them all, over 64-row weight tiles in 1 x 1, 2 x 1 and 4 x 1 clusters, with one
-    or two K slices (cuBLAS ran 64 x 16 tiles in 4 x 1 clusters at 16 tokens; such an entry
-    serves every M of its few-token range, configs.measured.same_decode_work)."""
+    cuts the tokens into at most :data:`CLUSTER_MAX_TOKEN_TILES` tiles, without a cluster and with
+    4 x 1 and 4 x 2 (four weight tiles share the tokens' panel by multicast, the two token tiles of
+    4 x 2 the weights'), no K slices: the shape cuBLAS ran at 80-160 tokens on the H100's 3072- and
+    3584-wide weights (nvjet 64 x W tiles in 4 x 2 clusters, no split-K: ``probe-configs
+    --peer-kernels``). Above :data:`WIDE_CLUSTER_FROM` tokens also 128-row cooperative swap tiles
+    of each :data:`WIDE_CLUSTER_WIDTHS` width within as many tiles, in 2 x 1, 4 x 1 and 4 x 2
+    (cuBLAS ran 256 x 96 in 4 x 1 at 288 tokens on 10240 x 8192). Up to 64 tokens instead one token
+    tile 16, 32, 48 or 64 wide holding them all, over 64-row weight tiles in 1 x 1, 2 x 1 and 4 x 1
+    clusters, with one or two K slices (cuBLAS ran 64 x 16 tiles in 4 x 1 clusters at 16 tokens;
+    such an entry serves every M of its few-token range, configs.measured.same_decode_work)."""
     from ..configs import GemmConfig
     from ..configs.config import DECODE_MAX_M
 
@@ -99,10 +104,10 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
             GemmConfig(64, w, schedule="pingpong", cluster_m=cm, splits=s, swap_ab=True)
             for cm in (1, 2, four[0][0] if four else 1) for s in (1, 2)]))
     out += [GemmConfig(64, w, schedule="pingpong", cluster_m=cm, cluster_n=cn, swap_ab=True)
-            for w in CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in ((1, 1), *four)]
+            for w in CLUSTER_WIDTHS if -(-m // w) <= CLUSTER_MAX_TOKEN_TILES for cm, cn in ((1, 1), *four)]
     if m > WIDE_CLUSTER_FROM:
         out += [GemmConfig(128, w, cluster_m=cm, cluster_n=cn, swap_ab=True)
-                for w in WIDE_CLUSTER_WIDTHS if -(-m // w) <= 3 for cm, cn in four]
+                for w in WIDE_CLUSTER_WIDTHS if -(-m // w) <= CLUSTER_MAX_TOKEN_TILES for cm, cn in ((2, 1), *four)]
     return list(dict.fromkeys(out))
 
 

@@ -257,7 +257,7 @@ def test_the_report_says_which_cells_a_measured_table_served():
     assert abs(summary["geomean_table"] - 0.95 ** 0.5) < 1e-12
     assert abs(summary["geomean_models"] - (0.81 * 0.9) ** 0.5) < 1e-12
     text = "\n".join(perf_markdown({"summary": {"bfloat16": summary}, "results": rows}))
-    assert "| bfloat16 | 2 | 1 | 0.975 | 2 | 0.854 |" in text
+    assert "| bfloat16 | 2 | 1 | 0 | 0.975 | 2 | 0.854 |" in text
     rows = [{**r, "config_source": "models"} for r in rows]
     assert "measured config table" not in "\n".join(perf_markdown({"summary": summarize(rows), "results": rows}))
 
@@ -301,7 +301,7 @@ def test_the_report_names_a_table_only_for_the_cells_it_serves():
     e = next(e for e in fp8.entries if e.config is not None
              and as_run(e.config, cell(e), scalars) != default_config(cell(e), epilogue=scalars))
     served = EDGE_TILES.apply(e.config, cell(e))  # configs.edge
-    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (served.name, "measured table", e.m)
+    assert _config_choice("fp8_tensorwise", e.m, e.n, e.k, gpu=gpu) == (served.name, "measured table", e.m, gpu)
     assert _config_choice("fp8_rowwise", e.m, e.n, e.k, gpu=gpu)[1] == "models"
 
 

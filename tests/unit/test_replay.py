@@ -28,9 +28,9 @@ def test_replay_scores_todays_pick_against_each_rows_own_peer(tmp_path):
         json.dump([scored, unmeasured], f)
     result = replay(load_sweep_rows([str(path)]))
     assert result["all"]["cells"] == 1 and len(result["not_measured"]) == 1
-    assert result["all"]["swept_pick"] == pytest.approx(0.8) and result["all"]["now"] == pytest.approx(1.25)
+    assert result["all"]["swept_pick"] == pytest.approx(0.8) and result["all"]["now"]["models"] == pytest.approx(1.25)
     assert result["all"]["best"] == pytest.approx(2.0)
-    assert result["all"]["below_gate_swept_pick"] == 1 and result["all"]["below_gate_now"] == 0
+    assert result["all"]["below_gate_swept_pick"] == 1 and result["all"]["below_gate_now"] == {"models": 0}
     assert list(result["per_m"]) == [192]
 
 
@@ -46,4 +46,32 @@ def test_replay_scores_a_moved_pick_by_its_config_as_the_sweeps_timed_it():
     assert now.edge
     row = _row(449, 4096, 4096, {now.replace(edge=False).name: 0.008, "other": 0.005}, pick="other")
     result = replay([row])
-    assert result["all"]["cells"] == 1 and result["all"]["now"] == pytest.approx(1.25)
+    assert result["all"]["cells"] == 1 and result["all"]["now"] == {"models": pytest.approx(1.25)}
+
+
+def test_replay_scores_rankings_side_by_side_on_the_rows_that_timed_every_pick(tmp_path, monkeypatch):
+    """The models alone and with a GPU model's table, on the same rows: a row that did not time
+    one ranking's pick is left out for all of them."""
+    from cutedsl_backend.configs import GemmConfig
+    from cutedsl_backend.configs.measured import MEASURED, MeasuredEntry, MeasuredTable
+
+    problem = GemmProblem(192, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+    models = default_config(problem).name
+    measured = GemmConfig(128, 128, cluster_m=2)
+    assert measured.name != models
+    table = MeasuredTable("NVIDIA Test GPU", "sm90a", "16bit", "unit test",
+                          (MeasuredEntry(4096, 4096, 192, measured, 0.005, 0.010, 0.008),))
+    (tmp_path / "t.json").write_text(json.dumps(table.to_json()))
+    monkeypatch.setattr(MEASURED, "directory", tmp_path)
+    monkeypatch.setattr(MEASURED, "_tables", None)
+    default_config.cache_clear()
+    try:
+        both = _row(192, 4096, 4096, {models: 0.010, measured.name: 0.008}, pick=models)
+        one = _row(180, 4096, 4096, {models: 0.010}, pick=models)  # the table's pick not timed
+        result = replay([both, one], gpus=(None, "NVIDIA Test GPU"))
+    finally:
+        default_config.cache_clear()
+    assert result["rankings"] == ["models", "NVIDIA Test GPU"]
+    assert result["all"]["cells"] == 1 and len(result["not_measured"]) == 1
+    assert result["all"]["now"] == {"models": pytest.approx(1.0), "NVIDIA Test GPU": pytest.approx(1.25)}
+    assert result["rows"][0]["configs"] == {"models": models, "NVIDIA Test GPU": measured.name}

@@ -221,13 +221,15 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     cands = sp.cluster_candidates(table, *o, 144)
     assert cands[0] == served
     widths = {c.tile_n for c in cands[1:]}
-    assert widths == {64, 96, 128, 160}  # 32 would cut 144 tokens into five tiles
+    assert widths == {64, 80, 96, 128, 160}  # 32 would cut 144 tokens into five tiles
     assert {(c.cluster_m, c.cluster_n) for c in cands[1:]} == {(1, 1), (4, 1), (4, 2)}
     assert all(c.swap_ab and c.tile_m == 64 and c.splits == 1 for c in cands[1:])
     assert sp.cluster_candidates(table, 4096, 4096, 144)[0].tile_n == 64  # no entry: the new tiles only
     wide = [c for c in sp.cluster_candidates(table, *o, 320) if c.tile_m == 128]  # above 192 tokens
-    assert {(c.tile_n, c.cluster_m, c.cluster_n) for c in wide} == {(w, 4, cn) for w in (128, 160, 192, 256)
-                                                                   for cn in (1, 2)}
+    assert {(c.tile_n, c.cluster_m, c.cluster_n) for c in wide} == {
+        (w, cm, cn) for w in (96, 128, 160, 192, 256) for cm, cn in ((2, 1), (4, 1), (4, 2))}
+    # 320 tokens in four 80-wide tiles (the H100 probes' 64 x 80 in 4 x 2), not five of 64
+    assert {c.tile_n for c in sp.cluster_candidates(table, *o, 320) if c.tile_m == 64} == {80, 96, 128, 160}
     ran = []
 
     def gemm(a, b, *, config, out):

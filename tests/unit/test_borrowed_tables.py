@@ -1,0 +1,99 @@
+"""Borrowed config tables (configs.measured.BORROWED_TABLES): a GPU model of the same die as a
+measured one serves the lender's entries where its own tables hold none, its own first; the
+switch for an A/B; and what the perf sweep reports for a cell a borrowed entry served."""
+
+import json
+
+import pytest
+
+from cutedsl_backend.configs import GemmConfig, default_config
+from cutedsl_backend.configs.measured import BORROWED_TABLES, MEASURED, MeasuredEntry, MeasuredTable, MeasuredTables
+from cutedsl_backend.problem import GemmProblem
+
+LENDER = "NVIDIA Lender"
+BORROWER = "NVIDIA Borrower"
+OWN = GemmConfig(128, 192, cluster_n=2)
+LENT = GemmConfig(128, 128, cluster_m=2)
+
+
+def linear(m, n=3584, k=3584):
+    return GemmProblem(m, n, k, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")
+
+
+def write(directory, name, gpu, *entries):
+    t = MeasuredTable(gpu, "sm90a", "16bit", "unit test", tuple(MeasuredEntry(3584, 3584, m, cfg, 0.010, 0.011, 0.012)
+                                                                for m, cfg in entries))
+    (directory / name).write_text(json.dumps(t.to_json()))
+
+
+@pytest.fixture
+def tables(tmp_path):
+    write(tmp_path, "lender.json", LENDER, (256, LENT), (384, LENT))
+    write(tmp_path, "borrower.json", BORROWER, (384, OWN))
+    return MeasuredTables(tmp_path, borrowed={BORROWER: (LENDER,)})
+
+
+def test_a_borrower_serves_its_own_entry_first_and_the_lenders_where_it_has_none(tables):
+    assert tables.choice(linear(384), BORROWER) == OWN  # its own, though the lender measured 384 too
+    assert tables.choice(linear(256), BORROWER) == LENT  # 256: its own entry at 384 is sqrt(2) away
+    entry, table = tables.served(linear(256), BORROWER)
+    assert table.gpu == LENDER and entry.m == 256
+    assert tables.served(linear(384), BORROWER)[1].gpu == BORROWER
+    assert tables.bounds(linear(1), BORROWER) == (256, 384)
+    # lending goes one way, and no further than the GPU models named
+    assert tables.choice(linear(384), LENDER) == LENT
+    assert tables.choice(linear(256), "NVIDIA Other") is None
+
+
+def test_borrowing_switched_off_leaves_a_gpu_its_own_tables(tables):
+    tables.borrowing = False
+    assert tables.choice(linear(384), BORROWER) == OWN
+    assert tables.choice(linear(256), BORROWER) is None
+    assert tables.bounds(linear(1), BORROWER) == (384,)
+    tables.borrowing = True
+    tables.enabled = False  # the models alone: nothing, borrowed or not
+    assert tables.choice(linear(256), BORROWER) is None
+
+
+def test_the_h200_borrows_the_h100_sxm_tables_only():
+    """The same GH100 die, SM count, clocks and power cap; an H100 PCIe (114 SMs) or NVL (a lower
+    power cap) would be another model and lends nothing."""
+    assert dict(BORROWED_TABLES) == {"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)}
+    with pytest.raises(TypeError):
+        BORROWED_TABLES["NVIDIA H100 PCIe"] = ("NVIDIA H100 80GB HBM3",)  # type: ignore[index]
+    h200 = MEASURED.for_gpu("NVIDIA H200")
+    assert [t.gpu for t in h200][:1] == ["NVIDIA H200"]  # its own FP8 table first
+    assert {t.operands for t in h200 if t.gpu == "NVIDIA H100 80GB HBM3"} == {"16bit", "fp8_precise"}
+
+
+def test_the_sweep_reports_a_borrowed_entry_as_borrowed_and_no_tuned_best(monkeypatch):
+    """A cell served by a borrowed entry names its lender, and no "best in its tuning sweep": that
+    sweep timed another GPU against its own peer."""
+    from cutedsl_backend.validation.shape_sweep import _config_choice, _tuned_best_ratio, summarize
+    from cutedsl_backend.validation.sweep_spaces import sweep_problem
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    sixteen = next(t for t in MEASURED.for_gpu(h100) if t.operands == "16bit")
+    # an entry whose config the dispatcher runs in place of the models' pick
+    cell = next((e.m, e.n, e.k) for e in sixteen.entries
+                if _config_choice("bfloat16", e.m, e.n, e.k, gpu=h100)[1] == "measured table")
+    name, source, table_m, table_gpu = _config_choice("bfloat16", *cell, gpu="NVIDIA H200")
+    assert (source, table_m, table_gpu) == ("borrowed table", cell[0], h100)
+    assert name == _config_choice("bfloat16", *cell, gpu=h100)[0]
+    assert _tuned_best_ratio("bfloat16", *cell, gpu="NVIDIA H200") is None
+    assert _tuned_best_ratio("bfloat16", *cell, gpu=h100) is not None
+    monkeypatch.setattr(MEASURED, "borrowing", False)
+    default_config.cache_clear()
+    try:
+        problem, spec = sweep_problem("bfloat16", *cell)
+        assert _config_choice("bfloat16", *cell, gpu="NVIDIA H200")[1] == "models"
+        assert default_config(problem, epilogue=spec, gpu="NVIDIA H200") == default_config(problem, epilogue=spec)
+    finally:
+        default_config.cache_clear()
+    rows = [{"dtype": "bfloat16", "m": cell[0], "n": cell[1], "k": cell[2], "ratio": 1.1, "model": "x",
+             "projection": "p", "config_source": "borrowed table", "table_m": cell[0]},
+            {"dtype": "bfloat16", "m": 16, "n": 1, "k": 1, "ratio": 0.9, "model": "x", "projection": "q",
+             "config_source": "models", "table_m": None}]
+    s = summarize(rows)["bfloat16"]
+    assert (s["table_cells"], s["table_cells_borrowed"], s["table_cells_other_m"]) == (1, 1, 0)
+    assert s["geomean_table"] == pytest.approx(1.1) and s["geomean_models"] == pytest.approx(0.9)
