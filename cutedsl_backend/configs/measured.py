@@ -44,10 +44,12 @@ MIN_GAIN = 0.03
 SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_tensorwise_fast": "fp8_fast"}
 # GPU models that serve another model's tables where none of their own holds an entry: the same die,
 # SM count, clocks and power cap (an H200 is an H100 SXM's GH100 with faster, larger HBM), so a
-# config's rank carries over where compute and waves decide it, the mid-size token counts the
-# tables mostly cover. Replayed on the H200's own FP8 sweeps at 192 tokens (every candidate timed
-# there, docs/results/h200/2026-12-06/sweeps), the H100's table picked configs at 1.076x
-# torch._scaled_mm in geomean against the models' 0.978x and the H200's own table's 1.105x.
+# config's rank carries over where compute and waves decide it: the entries measured above the
+# few-token range (configs.config.DECODE_MAX_M) only. At a few tokens the weights' bandwidth
+# decides, which differs (4.8 against 3.35 TB/s peak: more bytes in flight to saturate it), and
+# the models already match cuBLAS on the H200 there. Replayed on the H200's own FP8 sweeps at 192
+# tokens (every candidate timed there, docs/results/h200/2026-12-06/sweeps), the H100's tables
+# picked configs at 1.071x torch._scaled_mm in geomean against the models' 0.997x.
 BORROWED_TABLES: Mapping[str, tuple] = MappingProxyType({"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)})
 
 
@@ -332,10 +334,11 @@ class MeasuredTables:
 
     def served(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[tuple]:
         """(entry, table) serving ``problem`` on GPU model ``gpu``: the first of :meth:`for_gpu`'s
-        tables holding one (its ``gpu`` says whether it was measured on this model or borrowed)."""
+        tables holding one (its ``gpu`` says whether it was measured on this model or borrowed; a
+        borrowed table serves no few-token entry, :data:`BORROWED_TABLES`)."""
         for table in self.for_gpu(gpu):
             found = table.entry(problem, epilogue)
-            if found is not None:
+            if found is not None and (table.gpu == gpu or found.m > DECODE_MAX_M):
                 return found, table
         return None
 
@@ -347,8 +350,10 @@ class MeasuredTables:
 
     def bounds(self, problem: GemmProblem, gpu: Optional[str]) -> tuple:
         """The token counts this GPU model's tables measured ``problem``'s projection at (its class
-        and layout; the M of ``problem`` aside), ascending: where a served config changes."""
-        return tuple(sorted({m for t in self.for_gpu(gpu) for m in t.measured_ms(problem)}))
+        and layout; the M of ``problem`` aside), ascending: where a served config changes (a
+        borrowed table's above the few-token range only)."""
+        return tuple(sorted({m for t in self.for_gpu(gpu) for m in t.measured_ms(problem)
+                             if t.gpu == gpu or m > DECODE_MAX_M}))
 
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""

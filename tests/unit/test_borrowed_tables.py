@@ -14,6 +14,7 @@ LENDER = "NVIDIA Lender"
 BORROWER = "NVIDIA Borrower"
 OWN = GemmConfig(128, 192, cluster_n=2)
 LENT = GemmConfig(128, 128, cluster_m=2)
+FEW = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
 
 
 def linear(m, n=3584, k=3584):
@@ -28,18 +29,21 @@ def write(directory, name, gpu, *entries):
 
 @pytest.fixture
 def tables(tmp_path):
-    write(tmp_path, "lender.json", LENDER, (256, LENT), (384, LENT))
+    write(tmp_path, "lender.json", LENDER, (16, FEW), (256, LENT), (384, LENT))
     write(tmp_path, "borrower.json", BORROWER, (384, OWN))
     return MeasuredTables(tmp_path, borrowed={BORROWER: (LENDER,)})
 
 
-def test_a_borrower_serves_its_own_entry_first_and_the_lenders_where_it_has_none(tables):
+def test_a_borrower_serves_its_own_entry_first_and_the_lenders_above_a_few_tokens(tables):
     assert tables.choice(linear(384), BORROWER) == OWN  # its own, though the lender measured 384 too
     assert tables.choice(linear(256), BORROWER) == LENT  # 256: its own entry at 384 is sqrt(2) away
     entry, table = tables.served(linear(256), BORROWER)
     assert table.gpu == LENDER and entry.m == 256
     assert tables.served(linear(384), BORROWER)[1].gpu == BORROWER
     assert tables.bounds(linear(1), BORROWER) == (256, 384)
+    # a few-token entry is not lent: the weights' bandwidth, which differs, decides there
+    assert tables.choice(linear(16), LENDER) == FEW and tables.choice(linear(16), BORROWER) is None
+    assert tables.bounds(linear(1), LENDER) == (16, 256, 384)
     # lending goes one way, and no further than the GPU models named
     assert tables.choice(linear(384), LENDER) == LENT
     assert tables.choice(linear(256), "NVIDIA Other") is None
@@ -74,9 +78,9 @@ def test_the_sweep_reports_a_borrowed_entry_as_borrowed_and_no_tuned_best(monkey
 
     h100 = "NVIDIA H100 80GB HBM3"
     sixteen = next(t for t in MEASURED.for_gpu(h100) if t.operands == "16bit")
-    # an entry whose config the dispatcher runs in place of the models' pick
+    # an entry above the few-token range whose config the dispatcher runs in place of the models' pick
     cell = next((e.m, e.n, e.k) for e in sixteen.entries
-                if _config_choice("bfloat16", e.m, e.n, e.k, gpu=h100)[1] == "measured table")
+                if e.m > 64 and _config_choice("bfloat16", e.m, e.n, e.k, gpu=h100)[1] == "measured table")
     name, source, table_m, table_gpu = _config_choice("bfloat16", *cell, gpu="NVIDIA H200")
     assert (source, table_m, table_gpu) == ("borrowed table", cell[0], h100)
     assert name == _config_choice("bfloat16", *cell, gpu=h100)[0]
