@@ -212,18 +212,22 @@ def _replay(args, p) -> int:
         from ..configs.measured import MEASURED
 
         MEASURED.borrowing = False
-    result = replay(load_sweep_rows(args.sweeps), gpus=(None, *args.gpu))
+    result = replay(load_sweep_rows(args.sweeps), gpus=(None, *dict.fromkeys(args.gpu)))
     write_json(args.json, result)
     if result["all"] is None:
-        print(f"no row timed the configs the dispatcher picks now ({len(result['not_measured'])} rows)")
+        print(f"no row timed the configs the dispatcher picks now ({result['rows_not_measured']} rows)")
         return 1
+    if not result["borrowed_tables"]:
+        print("each GPU model's own tables only (--no-borrowed-tables)")
     for label, s in [("all", result["all"])] + [(f"M = {m}", s) for m, s in result["per_m"].items()]:
         now = ", ".join(f"now ({r}) {s['now'][r]:.3f}" for r in result["rankings"])
         below = ", ".join(f"{r} {s['below_gate_now'][r]}" for r in result["rankings"])
-        print(f"{label:>8}: {s['cells']} cells; geomean vs the peer: the sweep's picks {s['swept_pick']:.3f}, "
+        print(f"{label:>8}: {s['cells']} shapes; geomean vs the peer: the sweep's picks {s['swept_pick']:.3f}, "
               f"{now}, best {s['best']:.3f}; below 0.90: the sweep's picks {s['below_gate_swept_pick']}, {below}")
-    if result["not_measured"]:
-        print(f"{len(result['not_measured'])} rows did not time a config the dispatcher picks now (not scored)")
+    print(f"{result['rows_scored']} rows scored, {result['rows_not_measured']} did not time a config the "
+          "dispatcher picks now")
+    for c in result["not_measured"]:
+        print(f"not scored: {c['dtype']} {c['m']}x{c['n']}x{c['k']} (no row timed {', '.join(c['configs'])})")
     return 0
 
 

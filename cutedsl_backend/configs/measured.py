@@ -11,8 +11,9 @@ if that is within a factor sqrt(2): its config partitions the tokens into as man
 fewer, so it runs at most the work it was measured at, and nothing farther is trusted (a config
 measured at 128 tokens still has one tile at 16, where the problem is bandwidth-bound and the
 few-token configs win). A GPU model may borrow another's tables where its own have no entry
-(:data:`BORROWED_TABLES`: the same die). Anything else - another GPU, projection, layout, batch or operand class,
-an M above the largest measured one or far below the next - falls back to the ranking's models.
+(:data:`BORROWED_TABLES`: the same die). Anything else - another GPU model (but a lender),
+projection, layout, batch or operand class, an M above the largest measured one or far below the
+next - falls back to the ranking's models.
 
 Tables are JSON files in ``configs/tables/``, made by ``python -m cutedsl_backend config-table``
 from ``sweep-decode --json`` rows, each carrying the commands that produced it. Pure Python.
@@ -45,11 +46,11 @@ SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_ten
 # GPU models that serve another model's tables where none of their own holds an entry: the same die,
 # SM count, clocks and power cap (an H200 is an H100 SXM's GH100 with faster, larger HBM), so a
 # config's rank carries over where compute and waves decide it: the entries measured above the
-# few-token range (configs.config.DECODE_MAX_M) only. At a few tokens the weights' bandwidth
-# decides, which differs (4.8 against 3.35 TB/s peak: more bytes in flight to saturate it), and
-# the models already match cuBLAS on the H200 there. Replayed on the H200's own FP8 sweeps at 192
-# tokens (every candidate timed there, docs/results/h200/2026-12-06/sweeps), the H100's tables
-# picked configs at 1.071x torch._scaled_mm in geomean against the models' 0.997x.
+# few-token range (configs.config.DECODE_MAX_M) only: at a few tokens the weights' bandwidth
+# decides, which differs (4.8 against 3.35 TB/s peak: more bytes in flight to saturate it).
+# Replayed on the H200's own FP8 sweeps at 192 tokens (docs/results/h200/2026-12-07: the 23
+# projections whose rows timed the H100 tables' picks), those picks ran at 1.077x
+# torch._scaled_mm in geomean against the models' 0.984x.
 BORROWED_TABLES: Mapping[str, tuple] = MappingProxyType({"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)})
 
 
@@ -322,6 +323,10 @@ class MeasuredTables:
                 tables.setdefault(table.gpu, []).append(table)
             self._tables = tables
         return self._tables
+
+    def state(self) -> dict:
+        """Which tables rank (for a result's record: the two halves of an A/B look alike otherwise)."""
+        return {"tables": self.enabled, "borrowed_tables": self.enabled and self.borrowing}
 
     def for_gpu(self, gpu: Optional[str]) -> tuple:
         """The tables serving GPU model ``gpu`` in the order they are looked up: those measured on

@@ -267,7 +267,10 @@ def perf_markdown(perf: dict) -> list:
     (projection x M)."""
     at = f" at M = {', '.join(map(str, perf['ms']))}" if perf.get("ms") else ""
     out = ["", f"## Performance sweep (tag `{perf.get('tag')}`{at}; {perf.get('timing', '')})", "",
-           f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result.", "",
+           f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result."
+           + ("" if perf.get("tables", True) else " Configs: the cost models alone (no measured table).")
+           + ("" if not perf.get("tables", True) or perf.get("borrowed_tables", True)
+              else " Configs: this GPU model's own measured tables only (none borrowed)."), "",
            "| dtype | cells | geomean | M <= 64 | 65-1023 | >= 1024 | worst | below gate | wrong |",
            "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731

@@ -333,8 +333,10 @@ def run_sweep(tag: str = "standard", dtypes=None, log: Optional[Callable] = prin
     name = torch.cuda.get_device_name()
     num_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
+    from ..configs.measured import MEASURED
+
     def sweep(rows):
-        return {"results": rows, "summary": summarize(rows), "tag": tag,
+        return {"results": rows, "summary": summarize(rows), "tag": tag, **MEASURED.state(),
                 "ms": sorted({m for _, _, m in cells}) if ms else None,
                 "gate_min_ratio": MIN_CELL_RATIO,
                 "peer": {"16-bit": "torch.matmul (cuBLAS)", "fp8": "torch._scaled_mm"},

@@ -64,8 +64,8 @@ def _four_row_candidate(cfg) -> bool:
 
 
 # the token widths of the 64-row swap-AB tiles clustered four along the weights (80: in 4 x 2
-# clusters 5-10% faster than the FP8 picks at 144 tokens on 4608 x 3584 and 320 on 9216 x 3072,
-# H100 probes)
+# clusters 4-5% faster than the FP8 picks at 144 tokens on 4608 x 3584 and 320 on 9216 x 3072,
+# 10% there with 10 stages; H100 probes)
 CLUSTER_WIDTHS = (32, 64, 80, 96, 128, 160)
 # and of the 128-row ones, above this many tokens (96: in 2 x 1 clusters 18-19% faster than the
 # FP8 picks at 288 tokens on 4608 x 3584 and 10240 x 8192, H100 probes)

@@ -27,15 +27,15 @@ def _shape(config) -> tuple:
 
 
 def _served(operands: str) -> list:
-    """(m, entry) for every named entry of this GPU's ``operands`` table, at its own M and one token
-    fewer where still served: a table names configs from timing sweeps, which do not check results,
-    so each config a table can run is checked here."""
+    """(m, entry) for every named entry of the ``operands`` tables serving this GPU (its own and
+    those it borrows, configs.measured.BORROWED_TABLES) that the dispatcher serves at its own M and
+    one token fewer: a table names configs from timing sweeps, which do not check results, so each
+    config a table can run is checked here."""
     gpu = torch.cuda.get_device_name()
     tables = [t for t in MEASURED.for_gpu(gpu) if t.operands == operands]
     if not tables:
         pytest.skip(f"not run: no measured {operands} config table for {gpu}")
-    # every table serving this GPU: its own and those it borrows (configs.measured.BORROWED_TABLES);
-    # an entry another table's shadows is not served, so not checked
+    # an entry another table's shadows (or a borrowed few-token one) is not served, so not checked
     picked = sorted((e for t in tables for e in t.entries if e.config is not None), key=lambda e: (e.m, e.n * e.k))
     dtype = "bfloat16" if operands == "16bit" else "float8_e4m3fn"
     spec = None if operands == "16bit" else SCALAR
@@ -43,7 +43,8 @@ def _served(operands: str) -> list:
     for e in picked:
         for m in (e.m, e.m - 1):
             problem = GemmProblem(m, e.n, e.k, 1, dtype, "bfloat16", "k", "k", "sm90a")
-            if MEASURED.choice(problem, gpu, spec) == e.config:
+            served = MEASURED.served(problem, gpu, spec)
+            if served is not None and served[0] is e:
                 out.append((m, e))
     assert out, "a table with named entries serves at least their own M"
     return out

@@ -29,21 +29,24 @@ def write(directory, name, gpu, *entries):
 
 @pytest.fixture
 def tables(tmp_path):
-    write(tmp_path, "lender.json", LENDER, (16, FEW), (256, LENT), (384, LENT))
+    write(tmp_path, "lender.json", LENDER, (16, FEW), (64, FEW), (256, LENT), (320, LENT), (384, LENT))
     write(tmp_path, "borrower.json", BORROWER, (384, OWN))
     return MeasuredTables(tmp_path, borrowed={BORROWER: (LENDER,)})
 
 
 def test_a_borrower_serves_its_own_entry_first_and_the_lenders_above_a_few_tokens(tables):
     assert tables.choice(linear(384), BORROWER) == OWN  # its own, though the lender measured 384 too
+    # its own first, though the lender measured nearer: 300 tokens, the lender's 320 against its 384
+    assert tables.choice(linear(300), BORROWER) == OWN and tables.choice(linear(300), LENDER) == LENT
     assert tables.choice(linear(256), BORROWER) == LENT  # 256: its own entry at 384 is sqrt(2) away
     entry, table = tables.served(linear(256), BORROWER)
     assert table.gpu == LENDER and entry.m == 256
     assert tables.served(linear(384), BORROWER)[1].gpu == BORROWER
-    assert tables.bounds(linear(1), BORROWER) == (256, 384)
-    # a few-token entry is not lent: the weights' bandwidth, which differs, decides there
-    assert tables.choice(linear(16), LENDER) == FEW and tables.choice(linear(16), BORROWER) is None
-    assert tables.bounds(linear(1), LENDER) == (16, 256, 384)
+    assert tables.bounds(linear(1), BORROWER) == (256, 320, 384)
+    # a few-token entry (64 tokens or fewer) is not lent: the weights' bandwidth, which differs, decides there
+    for m in (16, 64):
+        assert tables.choice(linear(m), LENDER) == FEW and tables.choice(linear(m), BORROWER) is None
+    assert tables.bounds(linear(1), LENDER) == (16, 64, 256, 320, 384)
     # lending goes one way, and no further than the GPU models named
     assert tables.choice(linear(384), LENDER) == LENT
     assert tables.choice(linear(256), "NVIDIA Other") is None
@@ -54,9 +57,11 @@ def test_borrowing_switched_off_leaves_a_gpu_its_own_tables(tables):
     assert tables.choice(linear(384), BORROWER) == OWN
     assert tables.choice(linear(256), BORROWER) is None
     assert tables.bounds(linear(1), BORROWER) == (384,)
+    assert tables.state() == {"tables": True, "borrowed_tables": False}
     tables.borrowing = True
     tables.enabled = False  # the models alone: nothing, borrowed or not
     assert tables.choice(linear(256), BORROWER) is None
+    assert tables.state() == {"tables": False, "borrowed_tables": False}
 
 
 def test_the_h200_borrows_the_h100_sxm_tables_only():
@@ -101,3 +106,14 @@ def test_the_sweep_reports_a_borrowed_entry_as_borrowed_and_no_tuned_best(monkey
     s = summarize(rows)["bfloat16"]
     assert (s["table_cells"], s["table_cells_borrowed"], s["table_cells_other_m"]) == (1, 1, 0)
     assert s["geomean_table"] == pytest.approx(1.1) and s["geomean_models"] == pytest.approx(0.9)
+
+
+def test_a_sweep_without_borrowed_tables_says_so():
+    """The two halves of the A/B look alike but for this: the report says which tables ranked."""
+    from cutedsl_backend.validation.report import perf_markdown
+
+    own = "\n".join(perf_markdown({"tables": True, "borrowed_tables": False, "summary": {}, "results": []}))
+    assert "own measured tables only" in own
+    both = "\n".join(perf_markdown({"tables": True, "borrowed_tables": True, "summary": {}, "results": []}))
+    assert "own measured tables only" not in both and "cost models alone" not in both
+    assert "cost models alone" in "\n".join(perf_markdown({"tables": False, "summary": {}, "results": []}))

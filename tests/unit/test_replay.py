@@ -67,11 +67,39 @@ def test_replay_scores_rankings_side_by_side_on_the_rows_that_timed_every_pick(t
     default_config.cache_clear()
     try:
         both = _row(192, 4096, 4096, {models: 0.010, measured.name: 0.008}, pick=models)
+        # the same shape in another sweep, its own peer: one shape, the geomean of its two rows
+        again = _row(192, 4096, 4096, {models: 0.020, measured.name: 0.010}, pick=models, peer=0.020)
         one = _row(180, 4096, 4096, {models: 0.010}, pick=models)  # the table's pick not timed
-        result = replay([both, one], gpus=(None, "NVIDIA Test GPU"))
+        other = _row(180, 4096, 4096, {measured.name: 0.010, "x": 0.01}, pick="x")  # the models' not timed
+        result = replay([both, again, one, other], gpus=(None, "NVIDIA Test GPU"))
+        alone = replay([one], gpus=(None, "NVIDIA Test GPU"))
+        monkeypatch.setattr(MEASURED, "enabled", False)
+        default_config.cache_clear()
+        assert replay([both], gpus=(None, "NVIDIA Test GPU"))["tables"] is False
     finally:
         default_config.cache_clear()
-    assert result["rankings"] == ["models", "NVIDIA Test GPU"]
-    assert result["all"]["cells"] == 1 and len(result["not_measured"]) == 1
-    assert result["all"]["now"] == {"models": pytest.approx(1.0), "NVIDIA Test GPU": pytest.approx(1.25)}
-    assert result["rows"][0]["configs"] == {"models": models, "NVIDIA Test GPU": measured.name}
+    assert result["rankings"] == ["models", "NVIDIA Test GPU"] and result["tables"] and result["borrowed_tables"]
+    assert result["all"]["cells"] == 1 and result["rows_scored"] == 2 and result["rows_not_measured"] == 2
+    assert result["all"]["now"] == {"models": pytest.approx(1.0), "NVIDIA Test GPU": pytest.approx((1.25 * 2) ** 0.5)}
+    assert result["cells"][0]["configs"] == {"models": models, "NVIDIA Test GPU": measured.name}
+    # one shape not scored, naming the pick neither of its rows timed
+    (unscored,) = result["not_measured"]
+    assert (unscored["m"], unscored["configs"]) == (180, [])
+    assert alone["not_measured"][0]["configs"] == [measured.name]
+
+
+def test_replay_command_says_which_tables_ranked(tmp_path, capsys):
+    """`replay --no-borrowed-tables` (the other half of an A/B) says so on its output and in its JSON."""
+    from cutedsl_backend.cli import main
+    from cutedsl_backend.configs.measured import MEASURED
+
+    now = default_config(GemmProblem(192, 4096, 4096, 1, "bfloat16", "bfloat16", "k", "k", "sm90a")).name
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([_row(192, 4096, 4096, {now: 0.008}, pick=now)]))
+    try:
+        assert main(["replay", str(rows), "--no-borrowed-tables", "--json", str(tmp_path / "out.json")]) == 0
+    finally:
+        MEASURED.borrowing = True
+        default_config.cache_clear()
+    assert "own tables only" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.json").read_text())["borrowed_tables"] is False
