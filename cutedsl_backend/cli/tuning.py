@@ -1,6 +1,6 @@
 """Commands that measure candidates and turn the measurements into config choices: the candidate
-sweeps (GPU), ``tune`` (GPU), and ``config-table`` / ``table-check`` / ``replay`` (any machine, from stored
-rows)."""
+sweeps (GPU), ``tune`` (GPU), and ``config-table`` / ``table-check`` / ``replay`` / ``picks`` (any
+machine, from stored rows or none)."""
 
 from __future__ import annotations
 
@@ -231,6 +231,35 @@ def _replay(args, p) -> int:
     return 0
 
 
+def _picks_arguments(p):
+    p.add_argument("--tag", default="standard", choices=["quick", "standard", "full"])
+    p.add_argument("--dtypes", default="bfloat16,float16,fp8_tensorwise,fp8_rowwise,gated_silu")
+    p.add_argument("--ms", help="these token counts instead of the tag's (comma-separated)")
+    p.add_argument("--gpu", help='the GPU model whose measured tables rank (as torch.cuda.get_device_name reports '
+                   'it, e.g. "NVIDIA H200"; default: the cost models alone)')
+    p.add_argument("--against", help="a stored perf sweep (a validation report.json(.gz) or a sweep-shapes --json): "
+                   "which of its cells run another config now, and which slow ones the same")
+    p.add_argument("--no-borrowed-tables", action="store_true",
+                   help="the GPU model's own tables only (configs.measured.BORROWED_TABLES)")
+    p.add_argument("--json", help="write the cells and counts here")
+
+
+def _picks(args, p) -> int:
+    from ..validation.picks import picks, picks_markdown
+    from ..validation.sweep_spaces import read_json
+
+    if args.no_borrowed_tables:
+        from ..configs.measured import MEASURED
+
+        MEASURED.borrowing = False
+    ms = ints(args.ms) if args.ms else None
+    result = picks(args.tag, args.dtypes.split(","), gpu=args.gpu, ms=ms,
+                   against=read_json(args.against) if args.against else None)
+    write_json(args.json, result)
+    print("\n".join(picks_markdown(result)))
+    return 0
+
+
 def _tune_arguments(p):
     from ..validation import tune as grids  # the default token counts (pure Python)
 
@@ -303,6 +332,9 @@ COMMANDS = (
     Command("replay", "score the dispatcher's current choices on stored sweep-decode rows (each row's own peer "
             "timing; no GPU needed): the sweep's picks, today's picks and the best", False, _replay_arguments,
             _replay),
+    Command("picks", "the config the dispatcher picks on each perf-sweep cell and where it came from (models, "
+            "measured or borrowed table), and against a stored sweep which cells run another config now (no GPU "
+            "needed)", False, _picks_arguments, _picks),
     Command("sweep", "time every valid config per shape (tuning)", True, _sweep_arguments, _sweep),
     Command("sweep-epilogue", "every fused variant on each candidate config (tuning)", True,
             _sweep_epilogue_arguments, _sweep_epilogue),
