@@ -184,7 +184,7 @@ def sweep_fp8(m, n, k, log=print, only=None, modes=(True, False)) -> dict:
 
 def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str = "decode", models=None,
                  dtype: str = "bfloat16", checkpoint=None, device: str = "cuda", timer=None,
-                 stream_k: bool = False, prior=None) -> list:
+                 stream_k: bool = False, prior=None, gpu: Optional[str] = None) -> list:
     """Every candidate of ``space`` ("decode": :func:`decode_candidates`, "mid":
     :func:`mid_candidates`, "swap": :func:`swap_candidates`, "prior": per cell the
     :func:`prior_candidates` of the table ``prior``, "clusters": per cell
@@ -207,7 +207,10 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     ``wrong`` {config name: relative L2}, so a table never names it. ``device`` and ``timer`` (ms
     per call of a function; default CUDA-graph replay) let a CPU test run its logic. ``stream_k``:
     also each unswapped candidate without K slices in its stream-K form (GemmConfig.stream_k; no model
-    ranks those, and on the H100 and H200 they measured slower than the candidates they vary)."""
+    ranks those, and on the H100 and H200 they measured slower than the candidates they vary).
+    Every cell also times the config a measured table serves it with on GPU model ``gpu`` (default:
+    this device's; configs.measured, the tables it borrows included), so that a table made from the
+    rows weighs each entry against the one it replaces."""
     import torch
 
     import cutedsl_backend as cb
@@ -215,6 +218,7 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     from ..configs import default_config, is_valid, rank_configs
     from ..configs.as_run import as_run
     from ..configs.config import DECODE_MAX_M, decode_a_rows
+    from ..configs.measured import MEASURED
     from .model_shapes import MODEL_PROJECTIONS, unique_shapes
     from .shape_sweep import _graph_ms
     from .tolerances import compare, compare_fp8
@@ -227,6 +231,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fast = dtype == "fp8_tensorwise_fast"
     projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
     measured_here = ("clusters", "waves")  # spaces against this GPU's own table, timed as run
+    if gpu is None and device == "cuda":
+        gpu = torch.cuda.get_device_name()
     if space in ("prior", *measured_here):
         if prior is None or stream_k:
             raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
@@ -303,6 +309,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # and the ranking's unswapped pick, which a swap pick replaces
             if space in ("swap", "prior", *measured_here):
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())
+            served = MEASURED.entry(problem, gpu, spec)  # and what a table serves the cell with now
+            if served is not None:
+                extra.append(served.config.tiling())
             times, wrong = {}, {}
             here = cell_cands.get((n, k, m), cands)
             for name_c in here + [c for c in dict.fromkeys(extra) if c not in here]:

@@ -251,3 +251,25 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     assert {(c.tile_m, c.tile_n, c.cluster_m, c.cluster_n, c.splits) for c in few} == {
         (64, 16, cm, 1, s) for cm in (1, 2, 4) for s in (1, 2)}
     assert all(c.swap_ab for c in few) and {c.tile_n for c in sp.cluster_candidates(table, *o, 33)} == {48}
+
+
+def test_a_tuning_sweep_times_what_a_table_serves_the_cell_with_now(monkeypatch):
+    """On a GPU model a table serves (here the H200, from the H100's borrowed table), each row also
+    times the served config, though its space has no such candidate: a table made from the rows
+    weighs each entry against the one it replaces."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs.measured import MEASURED
+    from cutedsl_backend.validation import sweep_spaces as sp
+    from cutedsl_backend.validation import tuning_sweeps as ts
+
+    monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs])
+    monkeypatch.setattr(cb, "gemm", lambda a, b, *, config, out: out.copy_((a.float() @ b.float()).to(out.dtype)))
+    problem, spec = sp.sweep_problem("bfloat16", 256, 3072, 3072)
+    served = MEASURED.entry(problem, "NVIDIA H200", spec).config.tiling()
+    assert served.name not in {c.name for c in sp.mid_candidates()}  # (a swap-AB config)
+    monkeypatch.setattr(ts, "mid_candidates", lambda: sp.mid_candidates()[:1])  # a short sweep
+    kw = dict(ms=(256,), space="mid", models=["phi3-mini"], log=lambda *a: None, device="cpu", timer=lambda fn: 1.0)
+    row = next(r for r in ts.sweep_decode(gpu="NVIDIA H200", **kw) if (r["n"], r["k"]) == (3072, 3072))
+    assert served.name in row["times"]
+    row = next(r for r in ts.sweep_decode(**kw) if (r["n"], r["k"]) == (3072, 3072))  # no GPU model: no table
+    assert served.name not in row["times"]
