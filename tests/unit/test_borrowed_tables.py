@@ -117,3 +117,28 @@ def test_a_sweep_without_borrowed_tables_says_so():
     both = "\n".join(perf_markdown({"tables": True, "borrowed_tables": True, "summary": {}, "results": []}))
     assert "own measured tables only" not in both and "cost models alone" not in both
     assert "cost models alone" in "\n".join(perf_markdown({"tables": False, "summary": {}, "results": []}))
+
+
+def test_every_config_an_h200_is_served_fits_its_problem():
+    """Around every bound of the tables an H200 looks up (its own and the borrowed), in bf16, fp16
+    and fp8 with scalar scales, with and without a bias: the dispatcher's config takes the problem
+    as it runs (a borrowed entry is checked against the borrower's problem like its own)."""
+    from cutedsl_backend.configs import fits
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    gpu = "NVIDIA H200"
+    plain, bias = EpilogueSpec(), EpilogueSpec(bias="col")
+    fp8, fp8_bias = EpilogueSpec(scale_a="scalar", scale_b="scalar"), EpilogueSpec(scale_a="scalar", scale_b="scalar",
+                                                                                   bias="col")
+    checked = 0
+    for t in MEASURED.for_gpu(gpu):
+        for e in t.entries:
+            for m in {e.m, e.m - 1, max(1, int(e.m / 1.41)), e.m + 1}:
+                cases = ([("bfloat16", "bfloat16", plain), ("float16", "float16", bias)] if t.operands == "16bit"
+                         else [("float8_e4m3fn", "bfloat16", fp8), ("float8_e4m3fn", "bfloat16", fp8_bias)])
+                for dtype, out, spec in cases:
+                    problem = GemmProblem(m, e.n, e.k, 1, dtype, out, "k", "k", "sm90a")
+                    cfg = default_config(problem, epilogue=spec, gpu=gpu)
+                    assert fits(cfg, problem, spec), (m, e, cfg.name)
+                    checked += 1
+    assert checked > 1000
