@@ -50,7 +50,8 @@ SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_ten
 # decides, which differs (4.8 against 3.35 TB/s peak: more bytes in flight to saturate it).
 # Replayed on the H200's own FP8 sweeps at 192 tokens (docs/results/h200/2026-12-07: the 23
 # projections whose rows timed the H100 tables' picks), those picks ran at 1.077x
-# torch._scaled_mm in geomean against the models' 0.984x.
+# torch._scaled_mm in geomean against the models' 0.984x; the other way round, the H200's table
+# on the H100's sweeps at 1.074x against 1.011x.
 BORROWED_TABLES: Mapping[str, tuple] = MappingProxyType({"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)})
 
 
