@@ -112,9 +112,10 @@ def get_kernel(problem: GemmProblem, config: Optional[GemmConfig] = None, epilog
 def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: int = 1,
                  a_major: str = "k", b_major: str = "n", out_dtype=None, b_dtype=None,
                  fast_accum: bool = False, config: Optional[GemmConfig] = None, epilogue=None,
-                 use_cache: bool = True) -> CompiledGemm:
+                 use_cache: bool = True, gpu: Optional[str] = None) -> CompiledGemm:
     """Compile (no GPU needed) the kernel that ``gemm`` would run for this problem on a GPU
-    without a measured config table (``config=None``: the cost models' pick; configs.measured).
+    without a measured config table (``config=None``: the cost models' pick; configs.measured), or
+    on GPU model ``gpu`` (as torch.cuda.get_device_name reports it), with its tables.
 
     - ``dtype``: float16 or bfloat16 (torch dtype or name); ``out_dtype``: the input dtype
       (default) or float32. FP8: ``dtype`` float8_e4m3fn or float8_e5m2 for A, ``b_dtype`` for B
@@ -124,7 +125,8 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
     - ``a_major``: "k" (A row-major) or "m"; ``b_major``: "n" (B row-major) or "k".
     - The packed extents must keep 16-byte aligned strides: K (a_major "k") or M (a_major "m"),
       N (b_major "n") or K (b_major "k"), and N for the output, in multiples of 8 (16-bit).
-    - ``config``: a :class:`GemmConfig`, default: the heuristic's pick for this shape.
+    - ``config``: a :class:`GemmConfig`, default: the dispatcher's pick for this shape (with
+      ``gpu``'s measured tables, its own and those it borrows, where one serves the problem).
     - ``epilogue``: a :class:`~cutedsl_backend.kernels.epilogue.EpilogueSpec` (bias kind,
       activation, residual, scales), default: none.
     - ``use_cache``: False compiles afresh (a true compile time), bypassing both caches.
@@ -137,6 +139,8 @@ def compile_gemm(m: int, n: int, k: int, *, dtype, arch: str = "sm90a", batch: i
     problem = make_problem(m, n, k, dtype=dtype, arch=arch, batch=batch, a_major=a_major,
                            b_major=b_major, out_dtype=out_dtype, b_dtype=b_dtype, fast_accum=fast_accum)
     epilogue = epilogue or EpilogueSpec()
+    if config is None and gpu is not None:
+        config = default_config(problem, epilogue=epilogue, gpu=gpu)
     if not use_cache:
         problem, config, epilogue = kernel_target(problem, config, epilogue)
         return compile_kernel(problem, resolve(problem, config, epilogue))

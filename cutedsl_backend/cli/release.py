@@ -93,14 +93,26 @@ def _compile_arguments(p):
     p.add_argument("mnk")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--arch", default="sm90a")
+    p.add_argument("--b-major", default="n", choices=["n", "k"],
+                   help="B row-major (n, default) or K-major (k: an nn.Linear weight, as the measured tables are)")
+    p.add_argument("--gpu", help='pick as the dispatcher does on this GPU model, with its measured config tables '
+                   '(as torch.cuda.get_device_name reports it, e.g. "NVIDIA H200"); default: the cost models alone')
 
 
 def _compile(args, p) -> int:
-    from ..compiler import compile_gemm
+    from ..compiler import compile_gemm, make_problem
 
     m, n, k = dims(args.mnk)
-    cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch)
-    print(json.dumps({"config": cg.config.name, "compile_seconds": round(cg.compile_seconds, 3),
+    cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major, gpu=args.gpu)
+    table = None
+    if args.gpu:
+        from ..configs.measured import MEASURED
+
+        problem = make_problem(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major)
+        served = MEASURED.served(problem, args.gpu)
+        # the entry serving the problem on that GPU model (its config is what compiled, as run)
+        table = served and {"gpu": served[1].gpu, "measured_m": served[0].m, "entry": served[0].config.name}
+    print(json.dumps({"config": cg.config.name, "table": table, "compile_seconds": round(cg.compile_seconds, 3),
                       "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
                       "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))
     return 0

@@ -397,3 +397,29 @@ def test_tensorwise_scales_load_under_the_mainloop(cfg, m):
     assert len(loads) == 2, loads  # scale_a and scale_b
     for reg, first_use, last_mma in loads:
         assert first_use > last_mma, (reg, first_use, last_mma)
+
+
+def test_compile_for_a_gpu_model_compiles_what_its_tables_serve(capsys):
+    """`compile MxNxK --gpu MODEL --b-major k`: the kernel the dispatcher runs on that GPU model for
+    an nn.Linear problem, here an entry the H200 borrows from the H100's table (a swap-AB tile in a
+    4 x 2 cluster, where the cost models pick it unclustered), named with the table it came from."""
+    from cutedsl_backend.cli import main
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.problem import make_problem
+
+    problem = make_problem(256, 3072, 3072, dtype="bfloat16", b_major="k")
+    served = default_config(problem, gpu="NVIDIA H200")
+    assert served != default_config(problem) and served.swap_ab
+    assert main(["compile", "256x3072x3072", "--b-major", "k", "--gpu", "NVIDIA H200"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ran = GemmConfig.from_name(out["config"])  # resolved: its k-tile and stages fixed
+
+    def tiling(c):
+        return (c.tile_m, c.tile_n, c.cluster_m, c.cluster_n, c.schedule, c.splits, c.swap_ab)
+
+    assert tiling(ran) == tiling(served), (out["config"], served.name)
+    assert out["table"]["gpu"] == "NVIDIA H100 80GB HBM3" and out["table"]["measured_m"] == 256
+    assert out["resources"]["local_bytes"] == 0
+    assert main(["compile", "256x3072x3072", "--b-major", "k"]) == 0  # the cost models alone
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["table"] is None and tiling(GemmConfig.from_name(plain["config"])) == tiling(default_config(problem))
