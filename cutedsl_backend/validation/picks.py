@@ -32,11 +32,16 @@ def _tiling(name: str) -> str:
     return GemmConfig.from_name(name).tiling().name
 
 
+def _perf(sweep: dict) -> dict:
+    """A validation report's ``perf`` section (empty where the report ran no GPU), or the
+    ``sweep-shapes --json`` file itself."""
+    return (sweep.get("perf") or {}) if "perf" in sweep else sweep
+
+
 def stored_cells(sweep: dict) -> list:
     """The perf cells of a stored sweep: a validation report's ``perf`` section or a
     ``sweep-shapes --json`` file (the cells that ran: with a ratio and a config)."""
-    perf = sweep.get("perf", sweep)
-    return [r for r in perf.get("results", []) if "ratio" in r and r.get("config")]
+    return [r for r in _perf(sweep).get("results", []) if "ratio" in r and r.get("config")]
 
 
 def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Optional[tuple] = None,
@@ -64,7 +69,7 @@ def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Opt
         if then is None:
             continue
         changed = _tiling(c["config"]) != _tiling(then["config"])
-        slow = then["ratio"] < against.get("perf", against).get("gate_min_ratio", MIN_CELL_RATIO)
+        slow = then["ratio"] < _perf(against).get("gate_min_ratio", MIN_CELL_RATIO)
         c.update(then_config=then["config"], then_ratio=then["ratio"], changed=changed)
         compared[(c["dtype"], band(c["m"]), "changed" if changed else "same", "slow" if slow else "ok")] += 1
         if slow and not changed:

@@ -57,3 +57,9 @@ def test_picks_command_writes_its_cells(tmp_path, capsys):
     # the H200's own FP8 table serves 192 tokens (where its entry names the models' pick: "models")
     assert "borrowed table" not in {c["source"] for c in result["cells"]} and len(result["cells"]) == 2
     assert "Picks on NVIDIA H200" in capsys.readouterr().out
+
+
+def test_a_report_that_ran_no_gpu_has_no_cells_to_compare():
+    result = picks("quick", ["bfloat16"], gpu="NVIDIA H200", against={"perf": None, "results": []})
+    assert result["slow_unchanged"] == [] and not any(
+        sum(n.values()) for bands in result["compared"].values() for n in bands.values())
