@@ -96,22 +96,31 @@ def _compile_arguments(p):
     p.add_argument("--b-major", default="n", choices=["n", "k"],
                    help="B row-major (n, default) or K-major (k: an nn.Linear weight, as the measured tables are)")
     p.add_argument("--gpu", help='pick as the dispatcher does on this GPU model, with its measured config tables '
-                   '(as torch.cuda.get_device_name reports it, e.g. "NVIDIA H200"); default: the cost models alone')
+                   '(as torch.cuda.get_device_name reports it, e.g. "NVIDIA H200"); default: the cost models alone. '
+                   'FP8 dtypes compile with scalar scales, as scaled_mm calls them')
 
 
 def _compile(args, p) -> int:
     from ..compiler import compile_gemm, make_problem
+    from ..epilogue import EpilogueSpec
 
     m, n, k = dims(args.mnk)
-    cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major, gpu=args.gpu)
+    # FP8 as scaled_mm calls it (scalar scales): the kernel, and the config picked for it, take them
+    spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if args.dtype.startswith("float8") else None
+    cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major, gpu=args.gpu, epilogue=spec)
     table = None
     if args.gpu:
+        from ..configs import default_config
+        from ..configs.as_run import as_run
         from ..configs.measured import MEASURED
 
         problem = make_problem(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major)
-        served = MEASURED.served(problem, args.gpu)
-        # the entry serving the problem on that GPU model (its config is what compiled, as run)
-        table = served and {"gpu": served[1].gpu, "measured_m": served[0].m, "entry": served[0].config.name}
+        spec = spec or EpilogueSpec()
+        served = MEASURED.served(problem, args.gpu, spec)
+        # the entry serving the problem on that GPU model, where its config (as run) is what compiled
+        if served is not None and (as_run(served[0].config, problem, spec)
+                                   == default_config(problem, epilogue=spec, gpu=args.gpu)):
+            table = {"gpu": served[1].gpu, "measured_m": served[0].m, "entry": served[0].config.name}
     print(json.dumps({"config": cg.config.name, "table": table, "compile_seconds": round(cg.compile_seconds, 3),
                       "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
                       "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))

@@ -25,8 +25,8 @@ def band(m: int) -> str:
 
 
 def _tiling(name: str) -> str:
-    """A config name as the sweeps compare configs: without what the dispatcher adds as it runs
-    one (configs.as_run: moved last tiles, fitted A loads, dependent launch)."""
+    """A config name as the sweeps compare configs: without the moved last tiles and dependent
+    launch configs.as_run adds as a config runs (a load of A fitted to M stays: a change)."""
     from ..configs import GemmConfig
 
     return GemmConfig.from_name(name).tiling().name
@@ -41,7 +41,8 @@ def _perf(sweep: dict) -> dict:
 def stored_cells(sweep: dict) -> list:
     """The perf cells of a stored sweep: a validation report's ``perf`` section or a
     ``sweep-shapes --json`` file (the cells that ran: with a ratio and a config)."""
-    return [r for r in _perf(sweep).get("results", []) if "ratio" in r and r.get("config")]
+    return [r for r in _perf(sweep).get("results", [])
+            if "ratio" in r and r.get("config") and all(key in r for key in ("dtype", "m", "n", "k"))]
 
 
 def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Optional[tuple] = None,
@@ -57,12 +58,16 @@ def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Opt
         name, source, table_m, table_gpu = _config_choice(dtype, m, proj.n, proj.k, gpu or "")
         cells.append({"dtype": dtype, "model": proj.model, "projection": proj.name, "m": m, "n": proj.n,
                       "k": proj.k, "config": name, "source": source, "table_m": table_m, "table_gpu": table_gpu})
-    out = {"tag": tag, "gpu": gpu, "cells": cells,
+    from ..configs.measured import MEASURED
+
+    out = {"tag": tag, "gpu": gpu, "cells": cells, **MEASURED.state(),
            "sources": {d: dict(Counter(c["source"] for c in cells if c["dtype"] == d))
                        for d in dict.fromkeys(c["dtype"] for c in cells)}}
     if against is None:
         return out
     stored = {(r["dtype"], r["m"], r["n"], r["k"]): r for r in stored_cells(against)}
+    out["against"] = {"device": _perf(against).get("device"), "cells": len(stored),
+                      "rows_unreadable": len(_perf(against).get("results", [])) - len(stored_cells(against))}
     compared, slow_unchanged = Counter(), []
     for c in cells:
         then = stored.get((c["dtype"], c["m"], c["n"], c["k"]))
@@ -79,6 +84,7 @@ def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Opt
                            for b, _, _ in BANDS}
                        for d in dict.fromkeys(c["dtype"] for c in cells)}
     out["slow_unchanged"] = slow_unchanged
+    out["against"]["compared"] = sum(compared.values())
     return out
 
 
@@ -86,16 +92,20 @@ def picks_markdown(result: dict) -> list:
     """The picks in Markdown: the sources per dtype; against a stored sweep, the changed cells per
     dtype and band and the slow cells still running the config they were slow with."""
     who = result["gpu"] or "no GPU model (the cost models alone)"
-    out = [f"## Picks on {who}, tag `{result['tag']}`", "", "| dtype | cells | " + " | ".join(
+    own = "" if result.get("borrowed_tables", True) else " (its own measured tables only, none borrowed)"
+    out = [f"## Picks on {who}{own}, tag `{result['tag']}`", "", "| dtype | cells | " + " | ".join(
         ("models", "measured table", "borrowed table")) + " |", "|---|---|---|---|---|"]
     for d, s in result["sources"].items():
         out.append(f"| {d} | {sum(s.values())} | {s.get('models', 0)} | {s.get('measured table', 0)} | "
                    f"{s.get('borrowed table', 0)} |")
     if "compared" not in result:
         return out
-    out += ["", "Against the stored sweep: cells whose config changed / not, and of them those below the gate "
-            "then (slow)", "", "| dtype | band | changed | of them slow then | same | of them slow then |",
-            "|---|---|---|---|---|---|"]
+    a = result["against"]
+    device = f" (run on {a['device']})" if a.get("device") else ""
+    out += ["", f"Against the stored sweep{device}: {a['compared']} of its {a['cells']} cells in this tag "
+            f"({a['rows_unreadable']} rows without a shape or config left out); cells whose config changed / "
+            "not, and of them those below the gate then (slow)", "",
+            "| dtype | band | changed | of them slow then | same | of them slow then |", "|---|---|---|---|---|---|"]
     for d, bands in result["compared"].items():
         for b, n in bands.items():
             if sum(n.values()):

@@ -208,9 +208,11 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     per call of a function; default CUDA-graph replay) let a CPU test run its logic. ``stream_k``:
     also each unswapped candidate without K slices in its stream-K form (GemmConfig.stream_k; no model
     ranks those, and on the H100 and H200 they measured slower than the candidates they vary).
-    Every cell also times the config a measured table serves it with on GPU model ``gpu`` (default:
-    this device's; configs.measured, the tables it borrows included), so that a table made from the
-    rows weighs each entry against the one it replaces."""
+    Above the few-token range every cell also times the entry each measured table serving GPU
+    model ``gpu`` holds for it (default: this device's; configs.measured, its own tables and those it
+    borrows, a borrowed entry hidden by its own included), recorded in the row's ``served``
+    {config name: [table GPU model, measured M]}: a table made from the rows has timed the entries
+    it replaces beside the candidates."""
     import torch
 
     import cutedsl_backend as cb
@@ -231,8 +233,22 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     fast = dtype == "fp8_tensorwise_fast"
     projections = unique_shapes(p for p in MODEL_PROJECTIONS if models is None or p.model in models)
     measured_here = ("clusters", "waves")  # spaces against this GPU's own table, timed as run
-    if gpu is None and device == "cuda":
-        gpu = torch.cuda.get_device_name()
+    if gpu is None and str(device).startswith("cuda"):
+        gpu = torch.cuda.get_device_name(torch.device(device))
+
+    def served_entries(problem) -> dict:
+        """{config: (table GPU model, measured M)} of every table's entry serving ``problem`` on
+        ``gpu``, above the few-token range (a few-token swap-AB entry needs the low-end check that
+        config-table --update makes, configs.measured._serves_its_low_end)."""
+        if problem.m <= DECODE_MAX_M:
+            return {}
+        out = {}
+        for table in MEASURED.for_gpu(gpu):
+            e = table.entry(problem, spec)
+            if e is not None and (table.gpu == gpu or e.m > DECODE_MAX_M):
+                out.setdefault(e.config.tiling(), (table.gpu, e.m))
+        return out
+
     if space in ("prior", *measured_here):
         if prior is None or stream_k:
             raise ValueError(f"sweep_decode: space {space!r} needs a prior table, and times its configs as named "
@@ -268,13 +284,16 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
     def kernel_problem(problem, c):  # a swap-AB config compiles (and is checked) for the swapped problem
         return problem.swapped() if c.swap_ab else problem
 
+    served = {(p.n, p.k, m): served_entries(linear(m, p.n, p.k)) for p in projections for m in ms}
     probe = linear(8, 4096, 4096)
     t0 = time.time()
-    errors = {r[0]: r[2] for r in precompile([(kernel_problem(probe, c), c, spec) for c in cands], workers) if r[2]}
+    compiled = list(dict.fromkeys(cands + [c for s in served.values() for c in s]))
+    errors = {r[0]: r[2] for r in precompile([(kernel_problem(probe, c), c, spec) for c in compiled], workers)
+              if r[2]}
     # a config the rules refuse for the probe (e.g. one loading a single row of A, which the probe's 8
     # tokens outgrow) may suit its own cell: each cell checks its candidates' rules itself
     failed = {name for name, e in errors.items() if not e.startswith("UnsupportedGemmError")}
-    log(f"precompiled {len(cands)} configs in {time.time() - t0:.1f}s; {len(errors) - len(failed)} refused by the "
+    log(f"precompiled {len(compiled)} configs in {time.time() - t0:.1f}s; {len(errors) - len(failed)} refused by the "
         f"rules for the probe's {probe.describe()}, {len(failed)} failed to compile")
     sa, sb = torch.tensor(0.5, device=device), torch.tensor(2.0, device=device)
     rows, picked, best = [], [], []
@@ -309,9 +328,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # and the ranking's unswapped pick, which a swap pick replaces
             if space in ("swap", "prior", *measured_here):
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())
-            served = MEASURED.entry(problem, gpu, spec)  # and what a table serves the cell with now
-            if served is not None:
-                extra.append(served.config.tiling())
+            here_served = served[(n, k, m)]  # and what the tables serve the cell with now
+            extra += list(here_served)
             times, wrong = {}, {}
             here = cell_cands.get((n, k, m), cands)
             for name_c in here + [c for c in dict.fromkeys(extra) if c not in here]:
@@ -338,6 +356,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             peer_runs.append(peer())
             p = statistics.median(peer_runs)
             row = {"m": m, "n": n, "k": k, "dtype": dtype, "peer_ms": p, "pick": pick.name, "times": times}
+            if here_served:
+                row["served"] = {c.name: list(source) for c, source in here_served.items()}
             rows.append({**row, "wrong": wrong} if wrong else row)
             if checkpoint is not None:
                 checkpoint(rows)

@@ -419,7 +419,13 @@ def test_compile_for_a_gpu_model_compiles_what_its_tables_serve(capsys):
 
     assert tiling(ran) == tiling(served), (out["config"], served.name)
     assert out["table"]["gpu"] == "NVIDIA H100 80GB HBM3" and out["table"]["measured_m"] == 256
+    assert tiling(GemmConfig.from_name(out["table"]["entry"])) == tiling(ran)
     assert out["resources"]["local_bytes"] == 0
     assert main(["compile", "256x3072x3072", "--b-major", "k"]) == 0  # the cost models alone
     plain = json.loads(capsys.readouterr().out)
     assert plain["table"] is None and tiling(GemmConfig.from_name(plain["config"])) == tiling(default_config(problem))
+    # where a measured override outranks the table (FP8 4096 x 14336 x 4096, configs.tuning), no
+    # entry is named: it is not what compiles
+    assert main(["compile", "4096x14336x4096", "--dtype", "float8_e4m3fn", "--b-major", "k",
+                 "--gpu", "NVIDIA H100 80GB HBM3"]) == 0
+    assert json.loads(capsys.readouterr().out)["table"] is None

@@ -20,27 +20,29 @@ def test_the_sources_follow_the_gpu_models_tables():
         assert c["config"] == _config_choice("bfloat16", c["m"], c["n"], c["k"], gpu="NVIDIA H200")[0]
 
 
-def _stored(cells, ratio_of):
-    return {"perf": {"gate_min_ratio": 0.9, "results": [
+def _stored(cells, ratio_of, gate=0.85):
+    return {"perf": {"gate_min_ratio": gate, "device": "NVIDIA H200", "results": [
         {"dtype": c["dtype"], "m": c["m"], "n": c["n"], "k": c["k"], "ratio": ratio_of(c), "config": config}
-        for c, config in cells]}}
+        for c, config in cells] + [{"shape": "1x2x3", "ratio": 1.0, "config": "x"}]}}  # a row of an older schema
 
 
 def test_against_a_stored_sweep_the_changed_and_the_slow_unchanged_cells_are_counted():
     now = picks("quick", ["bfloat16"], gpu="NVIDIA H200")["cells"]
-    same, moved, fast = now[0], now[1], now[2]
+    same, moved, fast, launched = now[0], now[1], now[2], now[3]
     other = "sm90a_cooperative_128x256xauto_c1x1_sauto_rn8_k3"
     assert other not in {same["config"], moved["config"]}
-    # the stored config with a moved last tile ("_edge") is the same config as the sweeps compare them
+    # the stored config with a moved last tile ("_edge") or launched dependent ("_pdl") is the same
+    # config as the sweeps compare them; a ratio of 0.87 is slow only under the stored gate (0.85: not)
     stored = _stored([(same, same["config"] + ("" if same["config"].endswith("_edge") else "_edge")),
-                      (moved, other), (fast, fast["config"])],
-                     lambda c: 0.8 if c is not fast else 1.0)
+                      (moved, other), (fast, fast["config"]), (launched, launched["config"] + "_pdl")],
+                     lambda c: 0.8 if c is same or c is moved else 0.87)
     result = picks("quick", ["bfloat16"], gpu="NVIDIA H200", against=stored)
+    assert result["against"] == {"device": "NVIDIA H200", "cells": 4, "rows_unreadable": 1, "compared": 4}
     assert [(c["m"], c["n"]) for c in result["slow_unchanged"]] == [(same["m"], same["n"])]
     counts = result["compared"]["bfloat16"]
     keys = ("changed_ok", "changed_slow", "same_ok", "same_slow")
     total = {key: sum(b[key] for b in counts.values()) for key in keys}
-    assert total == {"changed_ok": 0, "changed_slow": 1, "same_ok": 1, "same_slow": 1}
+    assert total == {"changed_ok": 0, "changed_slow": 1, "same_ok": 2, "same_slow": 1}
     assert counts[band(moved["m"])]["changed_slow"] == 1
     text = "\n".join(picks_markdown(result))
     assert "Slow then, the same config now" in text and f"{same['m']}x{same['n']}x{same['k']}" in text
@@ -57,6 +59,15 @@ def test_picks_command_writes_its_cells(tmp_path, capsys):
     # the H200's own FP8 table serves 192 tokens (where its entry names the models' pick: "models")
     assert "borrowed table" not in {c["source"] for c in result["cells"]} and len(result["cells"]) == 2
     assert "Picks on NVIDIA H200" in capsys.readouterr().out
+
+
+def test_a_sweep_shapes_file_is_read_as_a_report_is():
+    """`sweep-shapes --json` keeps its rows at the top level, a report under ``perf``."""
+    now = picks("quick", ["bfloat16"], gpu="NVIDIA H200")["cells"]
+    report = _stored([(c, c["config"]) for c in now[:2]], lambda c: 0.8)
+    flat = report["perf"]
+    a, b = (picks("quick", ["bfloat16"], gpu="NVIDIA H200", against=x) for x in (report, flat))
+    assert a["compared"] == b["compared"] and len(a["slow_unchanged"]) == 2
 
 
 def test_a_report_that_ran_no_gpu_has_no_cells_to_compare():

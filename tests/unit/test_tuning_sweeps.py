@@ -253,23 +253,35 @@ def test_a_cluster_sweep_times_the_tables_choice_beside_four_row_clusters_as_the
     assert all(c.swap_ab for c in few) and {c.tile_n for c in sp.cluster_candidates(table, *o, 33)} == {48}
 
 
-def test_a_tuning_sweep_times_what_a_table_serves_the_cell_with_now(monkeypatch):
-    """On a GPU model a table serves (here the H200, from the H100's borrowed table), each row also
-    times the served config, though its space has no such candidate: a table made from the rows
-    weighs each entry against the one it replaces."""
+def test_a_tuning_sweep_times_every_entry_the_tables_serve_the_cell_with(monkeypatch):
+    """On a GPU model tables serve, each row above the few-token range also times every table's
+    entry for the cell, though its space has no such candidate: on the H200 at 192 FP8 tokens its
+    own entry and the H100's it hides (a 4 x 2 cluster), recorded under ``served``; none without a
+    GPU model, none in the few-token sweep."""
     import cutedsl_backend as cb
     from cutedsl_backend.configs.measured import MEASURED
     from cutedsl_backend.validation import sweep_spaces as sp
     from cutedsl_backend.validation import tuning_sweeps as ts
 
+    def scaled_mm(a, b, sa, sb, *, out, config, use_fast_accum):
+        return out.copy_((a.float() @ b.float() * sa * sb).to(out.dtype))
+
     monkeypatch.setattr(ts, "precompile", lambda pairs, workers=None: [(p[1].name, 0.0, None) for p in pairs])
-    monkeypatch.setattr(cb, "gemm", lambda a, b, *, config, out: out.copy_((a.float() @ b.float()).to(out.dtype)))
-    problem, spec = sp.sweep_problem("bfloat16", 256, 3072, 3072)
-    served = MEASURED.entry(problem, "NVIDIA H200", spec).config.tiling()
-    assert served.name not in {c.name for c in sp.mid_candidates()}  # (a swap-AB config)
-    monkeypatch.setattr(ts, "mid_candidates", lambda: sp.mid_candidates()[:1])  # a short sweep
-    kw = dict(ms=(256,), space="mid", models=["phi3-mini"], log=lambda *a: None, device="cpu", timer=lambda fn: 1.0)
+    monkeypatch.setattr(cb, "scaled_mm", scaled_mm)
+    monkeypatch.setattr(ts, "mid_candidates", lambda: sp.mid_candidates()[:1])  # short sweeps
+    monkeypatch.setattr(ts, "decode_candidates", lambda: sp.decode_candidates()[:1])
+    problem, spec = sp.sweep_problem("fp8_tensorwise", 192, 3072, 3072)
+    own, lent = (t.entry(problem, spec) for t in MEASURED.for_gpu("NVIDIA H200")
+                 if t.operands == "fp8_precise" and t.entry(problem, spec) is not None)
+    assert own.config != lent.config and lent.config.cluster_m == 4  # the H200's own entry hides the H100's
+    kw = dict(ms=(192,), space="mid", models=["phi3-mini"], dtype="fp8_tensorwise", log=lambda *a: None,
+              device="cpu", timer=lambda fn: 1.0)
     row = next(r for r in ts.sweep_decode(gpu="NVIDIA H200", **kw) if (r["n"], r["k"]) == (3072, 3072))
-    assert served.name in row["times"]
-    row = next(r for r in ts.sweep_decode(**kw) if (r["n"], r["k"]) == (3072, 3072))  # no GPU model: no table
-    assert served.name not in row["times"]
+    assert {own.config.name, lent.config.name} <= set(row["times"])
+    assert row["served"] == {own.config.name: ["NVIDIA H200", 192],
+                             lent.config.name: ["NVIDIA H100 80GB HBM3", 192]}
+    # no GPU model: no table
+    row = next(r for r in ts.sweep_decode(**kw) if (r["n"], r["k"]) == (3072, 3072))
+    assert lent.config.name not in row["times"] and "served" not in row
+    few = ts.sweep_decode(**{**kw, "ms": (16,), "space": "decode"}, gpu="NVIDIA H100 80GB HBM3")
+    assert not any("served" in r for r in few)
