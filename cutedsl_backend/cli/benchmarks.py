@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .common import Command, dims, shapes, write_json
+from .common import Command, apply_borrowed_tables, borrowed_tables_argument, dims, shapes, write_json
 
 
 def _bench_arguments(p):
@@ -144,9 +144,7 @@ def _sweep_shapes_arguments(p):
     p.add_argument("--json", help="write the sweep (rows and summary) here")
     p.add_argument("--no-config-tables", action="store_true",
                    help="rank with the cost models alone (no measured config table): the other half of an A/B")
-    p.add_argument("--no-borrowed-tables", action="store_true",
-                   help="this GPU model's own measured tables only, none borrowed from another model of its die "
-                   "(configs.measured.BORROWED_TABLES: the H100's on an H200): the other half of that A/B")
+    borrowed_tables_argument(p)
     p.add_argument("--cold-weights", action="store_true",
                    help="time each call on a copy of the weights not in L2 (rotating through enough copies), as "
                    "a model's forward step reads them; default: the same weights every call (in L2 where they fit)")
@@ -171,10 +169,7 @@ def _sweep_shapes(args, p) -> int:
         from ..configs.measured import MEASURED
 
         MEASURED.enabled = False
-    if args.no_borrowed_tables:
-        from ..configs.measured import MEASURED
-
-        MEASURED.borrowing = False
+    apply_borrowed_tables(args)
     if args.no_edge_tiles:
         from ..configs.edge import EDGE_TILES
 

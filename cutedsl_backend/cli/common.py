@@ -24,6 +24,22 @@ class Command:
     run: Callable[[argparse.Namespace, argparse.ArgumentParser], int]
 
 
+def borrowed_tables_argument(p: argparse.ArgumentParser) -> None:
+    """``--no-borrowed-tables``: the other half of the borrowed tables' A/B (apply it with
+    :func:`apply_borrowed_tables`)."""
+    p.add_argument("--no-borrowed-tables", action="store_true",
+                   help="each GPU model's own measured tables only, none borrowed from another model of its die "
+                   "(configs.measured.BORROWED_TABLES: the H100's on an H200): the other half of that A/B")
+
+
+def apply_borrowed_tables(args: argparse.Namespace) -> None:
+    """Rank with each GPU model's own tables only where ``--no-borrowed-tables`` was given."""
+    if args.no_borrowed_tables:
+        from ..configs.measured import MEASURED
+
+        MEASURED.borrowing = False
+
+
 def shapes(spec: str) -> list:
     """``prefill``, ``decode``, ``all`` (the bench shape lists) or ``MxNxK,...``."""
     from ..validation.bench import DECODE_SHAPES, PREFILL_SHAPES

@@ -110,17 +110,12 @@ def _compile(args, p) -> int:
     cg = compile_gemm(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major, gpu=args.gpu, epilogue=spec)
     table = None
     if args.gpu:
-        from ..configs import default_config
-        from ..configs.as_run import as_run
-        from ..configs.measured import MEASURED
+        from ..configs import dispatched_entry
 
         problem = make_problem(m, n, k, dtype=args.dtype, arch=args.arch, b_major=args.b_major)
-        spec = spec or EpilogueSpec()
-        served = MEASURED.served(problem, args.gpu, spec)
-        # the entry serving the problem on that GPU model, where its config (as run) is what compiled
-        if served is not None and (as_run(served[0].config, problem, spec)
-                                   == default_config(problem, epilogue=spec, gpu=args.gpu)):
-            table = {"gpu": served[1].gpu, "measured_m": served[0].m, "entry": served[0].config.name}
+        found = dispatched_entry(problem, args.gpu, spec or EpilogueSpec())  # the entry that compiled, if any
+        if found is not None:
+            table = {"gpu": found[1].gpu, "measured_m": found[0].m, "entry": found[0].config.name}
     print(json.dumps({"config": cg.config.name, "table": table, "compile_seconds": round(cg.compile_seconds, 3),
                       "cache_hit": cg.cache_hit, "resources": vars(cg.resources),
                       "sass": cg.sass_counts(), "cubin_bytes": len(cg.cubin)}, indent=1))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import Command, dims, ints, names, shapes, write_json
+from .common import Command, apply_borrowed_tables, borrowed_tables_argument, dims, ints, names, shapes, write_json
 
 
 def _sweep_arguments(p):
@@ -199,8 +199,7 @@ def _replay_arguments(p):
     p.add_argument("--gpu", action="append", default=[],
                    help="rank with this GPU model's measured config tables too (its own and those it borrows), "
                    "scored beside the models alone on the same rows; repeatable")
-    p.add_argument("--no-borrowed-tables", action="store_true",
-                   help="each GPU model's own tables only (configs.measured.BORROWED_TABLES: the other half of an A/B)")
+    borrowed_tables_argument(p)
     p.add_argument("--json", help="write the scored rows and summaries here")
 
 
@@ -208,10 +207,7 @@ def _replay(args, p) -> int:
     from ..validation.replay import replay
     from ..validation.sweep_spaces import load_sweep_rows
 
-    if args.no_borrowed_tables:
-        from ..configs.measured import MEASURED
-
-        MEASURED.borrowing = False
+    apply_borrowed_tables(args)
     result = replay(load_sweep_rows(args.sweeps), gpus=(None, *dict.fromkeys(args.gpu)))
     write_json(args.json, result)
     if result["all"] is None:
@@ -239,8 +235,7 @@ def _picks_arguments(p):
                    'it, e.g. "NVIDIA H200"; default: the cost models alone)')
     p.add_argument("--against", help="a stored perf sweep (a validation report.json(.gz) or a sweep-shapes --json): "
                    "which of its cells run another config now, and which slow ones the same")
-    p.add_argument("--no-borrowed-tables", action="store_true",
-                   help="the GPU model's own tables only (configs.measured.BORROWED_TABLES)")
+    borrowed_tables_argument(p)
     p.add_argument("--json", help="write the cells and counts here")
 
 
@@ -248,10 +243,7 @@ def _picks(args, p) -> int:
     from ..validation.picks import picks, picks_markdown
     from ..validation.sweep_spaces import read_json
 
-    if args.no_borrowed_tables:
-        from ..configs.measured import MEASURED
-
-        MEASURED.borrowing = False
+    apply_borrowed_tables(args)
     ms = ints(args.ms) if args.ms else None
     result = picks(args.tag, args.dtypes.split(","), gpu=args.gpu, ms=ms,
                    against=read_json(args.against) if args.against else None)

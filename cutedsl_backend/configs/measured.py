@@ -338,15 +338,16 @@ class MeasuredTables:
         lenders = self.borrowed.get(gpu, ()) if self.borrowing else ()
         return tuple(t for model in (gpu, *lenders) for t in tables.get(model, ()))
 
+    def serving(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> list:
+        """(entry, table) of every one of :meth:`for_gpu`'s tables holding an entry for ``problem``,
+        in lookup order (a table's ``gpu`` says whether it was measured on this model or borrowed;
+        a borrowed table serves no few-token entry, :data:`BORROWED_TABLES`)."""
+        found = ((table.entry(problem, epilogue), table) for table in self.for_gpu(gpu))
+        return [(e, t) for e, t in found if e is not None and _serves(t, gpu, e.m)]
+
     def served(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[tuple]:
-        """(entry, table) serving ``problem`` on GPU model ``gpu``: the first of :meth:`for_gpu`'s
-        tables holding one (its ``gpu`` says whether it was measured on this model or borrowed; a
-        borrowed table serves no few-token entry, :data:`BORROWED_TABLES`)."""
-        for table in self.for_gpu(gpu):
-            found = table.entry(problem, epilogue)
-            if found is not None and (table.gpu == gpu or found.m > DECODE_MAX_M):
-                return found, table
-        return None
+        """(entry, table) serving ``problem`` on GPU model ``gpu``: the first of :meth:`serving`."""
+        return next(iter(self.serving(problem, gpu, epilogue)), None)
 
     def entry(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[MeasuredEntry]:
         """The table entry serving ``problem`` on GPU model ``gpu`` (its ``m`` is the token count
@@ -358,13 +359,18 @@ class MeasuredTables:
         """The token counts this GPU model's tables measured ``problem``'s projection at (its class
         and layout; the M of ``problem`` aside), ascending: where a served config changes (a
         borrowed table's above the few-token range only)."""
-        return tuple(sorted({m for t in self.for_gpu(gpu) for m in t.measured_ms(problem)
-                             if t.gpu == gpu or m > DECODE_MAX_M}))
+        return tuple(sorted({m for t in self.for_gpu(gpu) for m in t.measured_ms(problem) if _serves(t, gpu, m)}))
 
     def choice(self, problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[GemmConfig]:
         """The measured config for ``problem`` on GPU model ``gpu``, if a table holds one."""
         found = self.entry(problem, gpu, epilogue)
         return None if found is None else found.config
+
+
+def _serves(table: MeasuredTable, gpu: Optional[str], m: int) -> bool:
+    """Whether ``table``'s entries measured at ``m`` tokens serve GPU model ``gpu``: all of its own,
+    a lender's above the few-token range (:data:`BORROWED_TABLES`)."""
+    return table.gpu == gpu or m > DECODE_MAX_M
 
 
 MEASURED = MeasuredTables()

@@ -36,6 +36,17 @@ def default_config(problem: GemmProblem, num_sms: int = 132, epilogue=None, gpu:
     return as_run(ranked[0], problem, epilogue)
 
 
+def dispatched_entry(problem: GemmProblem, gpu: Optional[str], epilogue=None) -> Optional[tuple]:
+    """(entry, table) of the measured table whose entry the dispatcher runs for ``problem`` on GPU
+    model ``gpu`` (configs.measured: the entry's config, as run, is :func:`default_config`'s pick,
+    no measured override outranking it); None where none does."""
+    found = MEASURED.served(problem, gpu, epilogue)
+    if found is None or as_run(found[0].config, problem, epilogue) != default_config(problem, epilogue=epilogue,
+                                                                                     gpu=gpu):
+        return None
+    return found
+
+
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
                  epilogue=None, gpu: Optional[str] = None) -> list[GemmConfig]:
     """Valid configs for ``problem`` sorted by the heuristic, best first, after the fitted models'

@@ -262,15 +262,22 @@ def below_gate_markdown(perf: dict, limit: int = 40) -> list:
     return out
 
 
+def _tables_note(perf: dict) -> str:
+    """Which measured config tables ranked the sweep's cells, where not all of them (an A/B's half)."""
+    if not perf.get("tables", True):
+        return " Configs: the cost models alone (no measured table)."
+    if not perf.get("borrowed_tables", True):
+        return " Configs: this GPU model's own measured tables only (none borrowed)."
+    return ""
+
+
 def perf_markdown(perf: dict) -> list:
     """The sweep in Markdown: per dtype its summary, the cells below the gate, then ratio tables
     (projection x M)."""
     at = f" at M = {', '.join(map(str, perf['ms']))}" if perf.get("ms") else ""
     out = ["", f"## Performance sweep (tag `{perf.get('tag')}`{at}; {perf.get('timing', '')})", "",
            f"Peer: {perf.get('peer')}; a cell fails below {perf.get('gate_min_ratio')}x or with a wrong result."
-           + ("" if perf.get("tables", True) else " Configs: the cost models alone (no measured table).")
-           + ("" if not perf.get("tables", True) or perf.get("borrowed_tables", True)
-              else " Configs: this GPU model's own measured tables only (none borrowed)."), "",
+           + _tables_note(perf), "",
            "| dtype | cells | geomean | M <= 64 | 65-1023 | >= 1024 | worst | below gate | wrong |",
            "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731

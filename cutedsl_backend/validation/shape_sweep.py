@@ -248,18 +248,14 @@ def _config_choice(dtype: str, m: int, n: int, k: int, gpu: Optional[str] = None
     entry names their own pick); the token count the table's entry was measured at (None for the
     models; another M than the cell's: the entry serves it from the next measured M up, out of
     sample); and the GPU model the table was measured on (None for the models)."""
-    from ..configs import default_config
-    from ..configs.as_run import as_run
-    from ..configs.measured import MEASURED
+    from ..configs import default_config, dispatched_entry
 
     gpu = _this_gpu(gpu)
     p, spec = cell_problem(dtype, m, n, k)
     cfg = default_config(p, epilogue=spec, gpu=gpu)
-    served = MEASURED.served(p, gpu, spec)
-    entry, table = served if served is not None else (None, None)
-    # the entry as the dispatcher runs it (configs.as_run: moved tiles, fitted A loads, dependent launch)
-    if (entry is not None and entry.config is not None and as_run(entry.config, p, spec) == cfg
-            and cfg != default_config(p, epilogue=spec)):
+    found = dispatched_entry(p, gpu, spec)
+    if found is not None and cfg != default_config(p, epilogue=spec):
+        entry, table = found
         return cfg.name, "measured table" if table.gpu == gpu else "borrowed table", entry.m, table.gpu
     return cfg.name, "models", None, None
 

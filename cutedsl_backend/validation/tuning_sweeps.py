@@ -242,11 +242,9 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
         config-table --update makes, configs.measured._serves_its_low_end)."""
         if problem.m <= DECODE_MAX_M:
             return {}
-        out = {}
-        for table in MEASURED.for_gpu(gpu):
-            e = table.entry(problem, spec)
-            if e is not None and (table.gpu == gpu or e.m > DECODE_MAX_M):
-                out.setdefault(e.config.tiling(), (table.gpu, e.m))
+        out: dict = {}
+        for e, table in MEASURED.serving(problem, gpu, spec):
+            out.setdefault(e.config.tiling(), (table.gpu, e.m))
         return out
 
     if space in ("prior", *measured_here):
