@@ -185,11 +185,17 @@ def table_from_sweeps(rows: Iterable[dict], gpu: str, source: str, arch: str = "
     that pick (a smaller gain is within the sweep's run-to-run noise; the pick is kept as a
     measured config because the models may pick otherwise at the token counts below m that the
     entry serves). Rows of several sweeps for the same (n, k, m) are merged (every config's
-    fastest time)."""
+    fastest time). A few-token swap-AB config is named only as :func:`updated_table` names one
+    (:func:`_serves_its_low_end`), else the pick (no entry where the pick was not timed)."""
     operands, merged = _merged_rows(rows)
     entries = []
     for (n, k, m), slot in sorted(merged.items()):
-        entries.append(_entry(n, k, m, _kept(slot["times"], slot["pick"], min_gain), slot))
+        kept = _kept(slot["times"], slot["pick"], min_gain)
+        if not _serves_its_low_end(merged, n, k, m, kept, min_gain):
+            if slot["pick"] not in slot["times"]:
+                continue  # nothing measured may serve the cell's range: no entry
+            kept = slot["pick"]
+        entries.append(_entry(n, k, m, kept, slot))
     return MeasuredTable(gpu, arch, operands, source, tuple(entries))
 
 

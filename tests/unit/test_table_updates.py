@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 
 from cutedsl_backend.configs import GemmConfig
-from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable, updated_table
+from cutedsl_backend.configs.measured import MeasuredEntry, MeasuredTable, table_from_sweeps, updated_table
 from cutedsl_backend.configs.rules import check_config
 from cutedsl_backend.problem import GemmProblem, UnsupportedGemmError
 
@@ -90,6 +90,23 @@ def test_a_few_token_swap_entry_needs_its_range_s_first_token_count_timed():
     assert [(e.m, e.config) for e in new.entries] == [(1, a1), (16, s16)]
     # a 1-token swap entry serves only 1 token: measured where it serves
     assert updated_table(old, [row(1, {a1: 0.010, s16: 0.008}, pick=a1)], "u").entries[0].config == s16
+
+
+def test_a_fresh_table_names_a_few_token_swap_entry_as_an_update_does():
+    """``table_from_sweeps`` (``config-table`` without ``--update``) applies the same low-end rule:
+    a few-token swap-AB winner at 16 tokens is named only where it also ran no slower than the
+    pick at 1 token; else the pick, and no entry where the pick was not timed either."""
+    a16 = GemmConfig(64, 64, schedule="pingpong", a_rows=16)
+    a1 = a16.replace(a_rows=1)
+    s16 = GemmConfig(64, 16, schedule="pingpong", cluster_m=4, swap_ab=True)
+    at16 = row(16, {a16: 0.010, s16: 0.008}, pick=a16)
+    assert [(e.m, e.config) for e in table_from_sweeps([at16], GPU, "t").entries] == [(16, a16)]
+    slow_at_1 = row(1, {a1: 0.009, s16: 0.0095}, pick=a1)
+    assert [(e.m, e.config) for e in table_from_sweeps([at16, slow_at_1], GPU, "t").entries] == [(1, a1), (16, a16)]
+    fast_at_1 = row(1, {a1: 0.009, s16: 0.0088}, pick=a1)
+    assert [(e.m, e.config) for e in table_from_sweeps([at16, fast_at_1], GPU, "t").entries] == [(1, a1), (16, s16)]
+    pick_untimed = row(16, {s16: 0.008}, pick=a16)
+    assert table_from_sweeps([pick_untimed], GPU, "t").entries == ()
 
 
 def test_config_table_update_on_the_command_line(tmp_path, capsys):
