@@ -169,3 +169,31 @@ def test_a_few_token_swap_entry_serves_its_range_when_one_token_tile_holds_it():
     # an entry at 8 tokens serves 1-8, leaving 9-16 to the 16-token entry
     t = table(entry(8, s16), entry(16, s32.replace(splits=1)))
     assert t.choice(linear(1)) == s16 and t.choice(linear(12)) == s32.replace(splits=1)
+
+
+def test_a_tables_entry_outranks_a_measured_override(tmp_path, monkeypatch):
+    """The FP8 override (configs.tuning: 128 x 192 in 2 x 1 from 4096 tokens on wide weights) is a
+    shape-class rule; a table's entry was timed on its GPU at its projection beside the pick the
+    override made, so on that GPU the entry runs (the H100's 128 x 176 at 4096 x 14336 x 4096 ran
+    5% faster than the override's tile), and elsewhere the override still does."""
+    from cutedsl_backend.configs import default_config, rank_configs
+    from cutedsl_backend.configs.measured import MEASURED
+    from cutedsl_backend.configs.tuning import tuned_choice
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    scalar = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+    problem = GemmProblem(4096, 14336, 4096, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a")
+    override = tuned_choice(problem, scalar)
+    assert override is not None and rank_configs(problem, epilogue=scalar, gpu=GPU)[0] == override
+    named = GemmConfig(128, 176, cluster_m=2)
+    fp8 = MeasuredTable(GPU, "sm90a", "fp8_precise", "unit test", (entry(4096, named, n=14336, k=4096),))
+    (tmp_path / "t.json").write_text(json.dumps(fp8.to_json()))
+    monkeypatch.setattr(MEASURED, "directory", tmp_path)
+    monkeypatch.setattr(MEASURED, "_tables", None)
+    default_config.cache_clear()
+    try:
+        assert rank_configs(problem, epilogue=scalar, gpu=GPU)[0] == named
+        assert default_config(problem, epilogue=scalar, gpu=GPU).tiling() == named
+        assert rank_configs(problem, epilogue=scalar, gpu="NVIDIA Other")[0] == override
+    finally:
+        default_config.cache_clear()
