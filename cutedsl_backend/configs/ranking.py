@@ -13,7 +13,7 @@ from ..problem import GemmProblem, UnsupportedGemmError, dtype_bits, operand_cla
 from .as_run import as_run
 from .config import DECODE_MAX_M, GemmConfig, decode_a_rows, natural_tile_k
 from .families import family
-from .heuristic import cluster_tie_break, heuristic_score
+from .heuristic import cluster_tie_break, heuristic_score, waves_choice
 from .measured import MEASURED
 from .resources import launch_tiles, promoted_acc_copies
 from .rules import fits, valid_configs
@@ -50,7 +50,8 @@ def dispatched_entry(problem: GemmProblem, gpu: Optional[str], epilogue=None) ->
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
                  epilogue=None, gpu: Optional[str] = None) -> list[GemmConfig]:
     """Valid configs for ``problem`` sorted by the heuristic, best first, after the fitted models'
-    picks (few-token, mid-size, swap-AB) or a measured override (configs.tuning), and first of all the
+    picks (few-token, mid-size, swap-AB) or a measured override (configs.tuning), a tile width that fills
+    the waves better than the pick (configs.heuristic.waves_choice), and first of all the
     measured table's entry for GPU model ``gpu`` (configs.measured), where they apply."""
     cands = [c for c in valid_configs(problem) if epilogue is None or fits(c, problem, epilogue)]
     tuned = tuned_choice(problem, epilogue)
@@ -70,6 +71,9 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     swap = swap_choice(problem, num_sms, epilogue, cands[0] if cands else None) if tuned is None else None
     if swap is not None:
         cands.insert(0, swap)
+    waves = waves_choice(problem, cands[0], num_sms, epilogue) if tuned is None and cands else None
+    if waves is not None:
+        cands.insert(0, waves)  # a width outside the tuner's space that fills the SMs' waves better
     # a table's entry outranks a measured override too: the override is a shape-class rule, while
     # the entry was timed on this GPU model at this projection beside the pick the override made
     # (H100 FP8 at 4096 x 14336 x 4096: the table's 128 x 176 0.353 ms, the override's 0.374)

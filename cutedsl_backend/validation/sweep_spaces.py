@@ -3,6 +3,8 @@ measures, and how sweep files are read. Pure Python."""
 
 from __future__ import annotations
 
+from ..configs.heuristic import WAVE_WIDTHS
+
 
 def decode_candidates(arch: str = "sm90a") -> list:
     """The few-token configs the decode sweep times: configs.DecodeModel.sweep_candidates (each M
@@ -111,12 +113,6 @@ def cluster_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16") -
     return list(dict.fromkeys(out))
 
 
-# the 128-row tile widths a waves sweep tries: steps of 16 between the tuning space's 128, 192
-# and 256 (144 cuts 576 and 4608 columns into whole tiles, as cuBLAS's 144-wide tiles do), and 96
-# and 112 below 128: at 512-2048 tokens cuBLAS's FP8 kernels cut 1536- and 3584-wide weights into
-# 16 and 32 whole tiles of 96 and 112 columns (1024 tokens: 256 tiles, 1.94 waves, against 128-wide
-# tiles' 224, 1.70), where 128-wide tiles ran at 0.82-0.88x their speed
-WAVE_WIDTHS = (96, 112, 144, 160, 176, 208, 224, 240)
 # a width is tried where the share of the SMs' wave slots it fills (configs.wave_efficiency, which
 # counts neither cluster padding nor K slices) exceeds the cell's baseline's by this much
 WAVE_GAIN = 0.02

@@ -424,8 +424,12 @@ def test_compile_for_a_gpu_model_compiles_what_its_tables_serve(capsys):
     assert main(["compile", "256x3072x3072", "--b-major", "k"]) == 0  # the cost models alone
     plain = json.loads(capsys.readouterr().out)
     assert plain["table"] is None and tiling(GemmConfig.from_name(plain["config"])) == tiling(default_config(problem))
-    # where a measured override outranks the table (FP8 4096 x 14336 x 4096, configs.tuning), no
-    # entry is named: it is not what compiles
+    # a table's entry outranks a measured override too (FP8 4096 x 14336 x 4096: configs.tuning's
+    # shape-class rule picks 128 x 192 there; the H100's table, 128 x 176): the entry compiles
     assert main(["compile", "4096x14336x4096", "--dtype", "float8_e4m3fn", "--b-major", "k",
                  "--gpu", "NVIDIA H100 80GB HBM3"]) == 0
-    assert json.loads(capsys.readouterr().out)["table"] is None
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["table"] is not None and fp8["table"]["measured_m"] == 4096
+    assert tiling(GemmConfig.from_name(fp8["config"])) == tiling(GemmConfig.from_name(fp8["table"]["entry"]))
+    assert main(["compile", "4096x14336x4096", "--dtype", "float8_e4m3fn", "--b-major", "k"]) == 0
+    assert json.loads(capsys.readouterr().out)["table"] is None  # the cost models and the override alone

@@ -46,3 +46,18 @@ def test_sixteen_step_widths_compile(cfg, dtype, b_major, spec):
 def test_sixteen_step_token_widths_compile_swapped(cfg, dtype, spec):
     problem = GemmProblem(144, 4096, 4096, 1, dtype, "bfloat16", "k", "k", "sm90a").swapped()
     compiles_with_the_gates(problem, cfg, spec)
+
+
+@pytest.mark.parametrize("m, n, k, dtype, spec, width", [
+    (4096, 576, 7168, "bfloat16", None, 144),             # deepseek-v3 kv_a: four whole 144-wide tiles
+    (2048, 1536, 7168, "float8_e4m3fn", SCALARS, 96),     # q_a: sixteen 96-wide tiles
+])
+def test_the_models_wave_filling_picks_compile(m, n, k, dtype, spec, width):
+    """The widths configs.heuristic.waves_choice puts in the models' pick compile with the gates."""
+    from cutedsl_backend.configs import default_config
+
+    out = "bfloat16" if "float8" in dtype else dtype
+    problem = GemmProblem(m, n, k, 1, dtype, out, "k", "k", "sm90a")
+    pick = default_config(problem, epilogue=spec)
+    assert pick.tile_n == width, pick.name
+    compiles_with_the_gates(problem, pick, spec or EpilogueSpec())

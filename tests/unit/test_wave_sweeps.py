@@ -142,3 +142,48 @@ def test_fp8_at_1024_tokens_tries_the_112_wide_tile_cublas_runs():
     tried = cands[1:]
     assert GemmConfig(128, 112, cluster_m=2) in tried
     assert all(c.tile_n != 96 for c in tried)  # 3584 / 96: 38 tiles, no better fill than 128
+
+
+def _linear(m, n, k, dtype="bfloat16", arch="sm90a"):
+    out = "bfloat16" if dtype == "float8_e4m3fn" else dtype
+    return GemmProblem(m, n, k, 1, dtype, out, "k", "k", arch)
+
+
+def test_the_models_take_a_width_that_fills_the_waves_where_the_heuristic_scores_it_5_percent_faster():
+    """configs.heuristic.waves_choice: 576 columns at 4096 tokens are three 192-wide tiles per row
+    (96 tiles: 36 SMs idle) or four of 144 (128 tiles): the models' pick takes 144; a pick
+    that already fills its waves (8192^3, many waves) keeps its width."""
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.heuristic import WAVES_MIN_GAIN, heuristic_score, waves_choice
+
+    problem = _linear(4096, *KV_A)
+    pick = default_config(problem)
+    assert (pick.tile_m, pick.tile_n, pick.schedule) == (128, 144, "cooperative") and not pick.swap_ab
+    base = GemmConfig(128, 192, cluster_m=2)
+    assert heuristic_score(pick.tiling(), problem) <= (1 - WAVES_MIN_GAIN) * heuristic_score(base, problem)
+    big = _linear(8192, 8192, 8192)
+    assert waves_choice(big, default_config(big)) is None
+    assert default_config(big).tile_n not in sp.WAVE_WIDTHS
+
+
+def test_the_waves_choice_stays_where_it_was_measured():
+    """Only in place of a 128-row cooperative pick (no swap, no K slices), on sm90a, for a bare GEMM
+    or FP8 with scalar scales; never a precise FP8 tile keeping two accumulators."""
+    from cutedsl_backend.configs.heuristic import waves_choice
+    from cutedsl_backend.configs.resources import promoted_acc_copies
+    from cutedsl_backend.epilogue import EpilogueSpec
+
+    problem = _linear(4096, *KV_A)
+    base = GemmConfig(128, 192, cluster_m=2)
+    assert waves_choice(problem, base) is not None
+    assert waves_choice(problem, base.replace(swap_ab=True)) is None
+    assert waves_choice(problem, base.replace(splits=2)) is None
+    assert waves_choice(problem, GemmConfig(64, 192, schedule="pingpong")) is None
+    assert waves_choice(_linear(4096, *KV_A, arch="sm100a"), base) is None
+    assert waves_choice(problem, base, epilogue=EpilogueSpec(bias="row")) is None
+    fp8 = _linear(2048, 1536, 7168, "float8_e4m3fn")
+    scalar = EpilogueSpec(scale_a="scalar", scale_b="scalar")
+    chosen = waves_choice(fp8, GemmConfig(128, 128, cluster_m=2), epilogue=scalar)
+    assert chosen is not None and chosen.tile_n in sp.WAVE_WIDTHS and promoted_acc_copies(chosen) != 2
+    rowwise = EpilogueSpec(scale_a="row", scale_b="col")
+    assert waves_choice(fp8, GemmConfig(128, 128, cluster_m=2), epilogue=rowwise) is None
