@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..problem import GemmProblem, dtype_bits
+from ..problem import GemmProblem, dtype_bits, operand_class
 from .config import GemmConfig, natural_tile_k
 from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
 from .rules import fits
@@ -25,6 +25,8 @@ WAVE_WIDTHS = (96, 112, 144, 160, 176, 208, 224, 240)
 # were timed, 11 ran faster (geomean 1.013x -> 1.164x the peer; bf16 at 448 tokens 9 cells, FP8 at
 # 2048 two, FP8 at 1024 one 0.847x -> 0.837x); 14 are not scored (one of the two not timed)
 WAVES_MIN_GAIN = 0.05
+# ... and from the fewest tokens those sweeps timed it at (448; below it the fitted MidModel picks)
+WAVES_MIN_M = 448
 
 
 def heuristic_score(cfg: GemmConfig, problem: GemmProblem, num_sms: int = 132) -> float:
@@ -90,12 +92,21 @@ def waves_choice(problem: GemmProblem, pick: GemmConfig, num_sms: int = 132,
                  epilogue=None) -> Optional[GemmConfig]:
     """A 128-row cooperative tile of a :data:`WAVE_WIDTHS` width (no cluster, or 2 x 1 or 1 x 2 where
     it fits the tile grid) in place of ``pick``, a 128-row cooperative tile without K slices or
-    swap, where the heuristic
-    scores it at least :data:`WAVES_MIN_GAIN` faster (its waves fill the SMs better); else None.
-    sm90a only (the widths are GPU-verified there), B K-major, for a bare GEMM or FP8 with scalar
-    scales (what the sweeps measured); precise FP8 takes no tile keeping two accumulators."""
-    if (problem.arch != "sm90a" or problem.b_major != "k" or pick.tile_m != 128 or pick.schedule != "cooperative"
+    swap, where the heuristic scores it at least :data:`WAVES_MIN_GAIN` faster (its waves fill the
+    SMs better); else None. Only where the waves sweeps measured: sm90a, from :data:`WAVES_MIN_M`
+    tokens, nn.Linear's layout and one batch, a bare GEMM of bf16/fp16 (same out) or of e4m3 -> bf16
+    with every k-tile added in fp32 and scalar scales; precise FP8 takes no tile keeping two
+    accumulators."""
+    if (problem.arch != "sm90a" or problem.m < WAVES_MIN_M or pick.tile_m != 128 or pick.schedule != "cooperative"
             or pick.swap_ab or pick.splits > 1 or pick.stream_k):
+        return None
+    # the sweeps' domain (configs.measured.MeasuredTable.covers): nn.Linear's layout, one batch,
+    # bf16/fp16 out for 16-bit operands, bf16 out for e4m3 with every k-tile added in fp32
+    operands = operand_class(problem)
+    out_dtype = problem.dtype if operands == "16bit" else "bfloat16"
+    if (operands not in ("16bit", "fp8_precise") or problem.batch != 1 or problem.b_dtype is not None
+            or (problem.a_major, problem.b_major, problem.c_major) != ("k", "k", "n")
+            or problem.out_dtype != out_dtype):
         return None
     if epilogue is not None and (epilogue.bias or epilogue.residual or epilogue.activation
                                  or getattr(epilogue, "gated", None)

@@ -48,11 +48,12 @@ def dispatched_entry(problem: GemmProblem, gpu: Optional[str], epilogue=None) ->
 
 
 def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] = None,
-                 epilogue=None, gpu: Optional[str] = None) -> list[GemmConfig]:
+                 epilogue=None, gpu: Optional[str] = None, waves: bool = True) -> list[GemmConfig]:
     """Valid configs for ``problem`` sorted by the heuristic, best first, after the fitted models'
     picks (few-token, mid-size, swap-AB) or a measured override (configs.tuning), a tile width that fills
-    the waves better than the pick (configs.heuristic.waves_choice), and first of all the
-    measured table's entry for GPU model ``gpu`` (configs.measured), where they apply."""
+    the waves better than the pick (configs.heuristic.waves_choice; ``waves=False``: not, for the
+    sweeps that time the pick it replaces), and first of all the measured table's entry for GPU
+    model ``gpu`` (configs.measured; a borrowed one not where an override applies), where they apply."""
     cands = [c for c in valid_configs(problem) if epilogue is None or fits(c, problem, epilogue)]
     tuned = tuned_choice(problem, epilogue)
     # precise fp8 tiles with one k-tile partial (promoted_acc_copies 2) rank after the overlapped
@@ -71,15 +72,16 @@ def rank_configs(problem: GemmProblem, num_sms: int = 132, top_k: Optional[int] 
     swap = swap_choice(problem, num_sms, epilogue, cands[0] if cands else None) if tuned is None else None
     if swap is not None:
         cands.insert(0, swap)
-    waves = waves_choice(problem, cands[0], num_sms, epilogue) if tuned is None and cands else None
-    if waves is not None:
-        cands.insert(0, waves)  # a width outside the tuner's space that fills the SMs' waves better
-    # a table's entry outranks a measured override too: the override is a shape-class rule, while
-    # the entry was timed on this GPU model at this projection beside the pick the override made
-    # (H100 FP8 at 4096 x 14336 x 4096: the table's 128 x 176 0.353 ms, the override's 0.374)
-    measured = MEASURED.choice(problem, gpu, epilogue)
-    if measured is not None:
-        cands.insert(0, measured)
+    filled = waves_choice(problem, cands[0], num_sms, epilogue) if waves and tuned is None and cands else None
+    if filled is not None:
+        cands.insert(0, filled)  # a width outside the tuner's space that fills the SMs' waves better
+    # this GPU model's own table's entry outranks a measured override too: the override is a
+    # shape-class rule, the entry was timed on this GPU at this projection beside the pick the
+    # override made (H100 FP8 at 4096 x 14336 x 4096: the table's 128 x 176 0.353 ms, the
+    # override's 0.374); a borrowed entry (timed on the lender) does not
+    served = MEASURED.served(problem, gpu, epilogue)
+    if served is not None and (tuned is None or served[1].gpu == gpu):
+        cands.insert(0, served[0].config)
     if epilogue is not None and getattr(epilogue, "gated", None):
         # the choices inserted above were ranked for a plain epilogue: keep those the gated one
         # takes, on the clusters its family offers it

@@ -122,13 +122,14 @@ def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_
     """The configs of a sweep that tries tile widths cutting a projection into whole waves
     (``sweep-decode --space waves``) against a table's choice: the entry of ``prior`` (this GPU's
     table) serving (n, k) at ``m`` tokens, if any (and the models' pick where that entry was
-    measured at another M), else the models' pick, then 128-row cooperative
+    measured at another M), else the models' pick (and the pick without the models' waves width,
+    configs.heuristic.waves_choice, where that took it), then 128-row cooperative
     tiles of each :data:`WAVE_WIDTHS` width, without a cluster and in 2 x 1 and 1 x 2, where the
     width's wave efficiency (configs.wave_efficiency over ``num_sms``) exceeds the entry's (else
     the pick's) by more than :data:`WAVE_GAIN`. Where few tiles make the waves
     (a few hundred tokens on 4608 x 3584, 576 x 7168 at 4096) a width off the 64-column grid is
     how cuBLAS keeps every SM busy."""
-    from ..configs import GemmConfig, default_config, wave_efficiency
+    from ..configs import GemmConfig, default_config, rank_configs, wave_efficiency
 
     problem, spec = sweep_problem(dtype, m, n, k)
     entry = prior.entry(problem, spec) if prior is not None else None
@@ -136,8 +137,10 @@ def wave_candidates(prior, n: int, k: int, m: int, dtype: str = "bfloat16", num_
     base = entry.config.tiling() if entry is not None else pick
     target = wave_efficiency(base, problem.swapped() if base.swap_ab else problem, num_sms) + WAVE_GAIN
     # an entry measured at another M (it serves up to sqrt(2) below its own) is weighed against the
-    # models' pick here too: a width that won at 1024 tokens can lose at 896 (H100, fp8 7168 x 16384)
-    out = [base] + ([pick] if entry is not None and entry.m != m else [])
+    # models' pick here too: a width that won at 1024 tokens can lose at 896 (H100, fp8 7168 x 16384);
+    # and a pick the models' waves width took (configs.heuristic.waves_choice), against the pick it replaced
+    models = [pick, rank_configs(problem, num_sms, epilogue=spec, waves=False)[0].tiling()]
+    out = [base] + (models if entry is None or entry.m != m else [])
     for w in WAVE_WIDTHS:
         tile = GemmConfig(128, w)
         if wave_efficiency(tile, problem, num_sms) > target:

@@ -322,7 +322,8 @@ def sweep_decode(ms=(1, 8, 16, 32, 48, 64), log=print, workers=None, space: str 
             # the models' pick as the candidates are timed: as tiled (configs.as_run's policies,
             # moved tiles and dependent launch, go on top of whichever config a table names)
             pick = default_config(problem, epilogue=spec).tiling()
-            extra = [pick]
+            # and the pick without the models' waves width (configs.heuristic.waves_choice), which it replaced
+            extra = [pick, rank_configs(problem, epilogue=spec, waves=False)[0].tiling()]
             # and the ranking's unswapped pick, which a swap pick replaces
             if space in ("swap", "prior", *measured_here):
                 extra.append(next(c for c in rank_configs(problem, epilogue=spec) if not c.swap_ab).tiling())

@@ -175,7 +175,8 @@ def test_a_tables_entry_outranks_a_measured_override(tmp_path, monkeypatch):
     """The FP8 override (configs.tuning: 128 x 192 in 2 x 1 from 4096 tokens on wide weights) is a
     shape-class rule; a table's entry was timed on its GPU at its projection beside the pick the
     override made, so on that GPU the entry runs (the H100's 128 x 176 at 4096 x 14336 x 4096 ran
-    5% faster than the override's tile), and elsewhere the override still does."""
+    5% faster than the override's tile), and elsewhere, a GPU that borrows the table included, the
+    override still does."""
     from cutedsl_backend.configs import default_config, rank_configs
     from cutedsl_backend.configs.measured import MEASURED
     from cutedsl_backend.configs.tuning import tuned_choice
@@ -195,5 +196,14 @@ def test_a_tables_entry_outranks_a_measured_override(tmp_path, monkeypatch):
         assert rank_configs(problem, epilogue=scalar, gpu=GPU)[0] == named
         assert default_config(problem, epilogue=scalar, gpu=GPU).tiling() == named
         assert rank_configs(problem, epilogue=scalar, gpu="NVIDIA Other")[0] == override
+        # a borrowed entry (timed on the lender) does not: the H200 borrows the H100's tables
+        lender = MeasuredTable("NVIDIA H100 80GB HBM3", "sm90a", "fp8_precise", "unit test",
+                               (entry(4096, named, n=14336, k=4096),))
+        (tmp_path / "t.json").write_text(json.dumps(lender.to_json()))
+        monkeypatch.setattr(MEASURED, "_tables", None)
+        default_config.cache_clear()
+        assert rank_configs(problem, epilogue=scalar, gpu="NVIDIA H100 80GB HBM3")[0] == named
+        assert MEASURED.choice(problem, "NVIDIA H200", scalar) == named  # it serves the H200 ...
+        assert rank_configs(problem, epilogue=scalar, gpu="NVIDIA H200")[0] == override  # ... not over an override
     finally:
         default_config.cache_clear()

@@ -187,3 +187,42 @@ def test_the_waves_choice_stays_where_it_was_measured():
     assert chosen is not None and chosen.tile_n in sp.WAVE_WIDTHS and promoted_acc_copies(chosen) != 2
     rowwise = EpilogueSpec(scale_a="row", scale_b="col")
     assert waves_choice(fp8, GemmConfig(128, 128, cluster_m=2), epilogue=rowwise) is None
+    fast = GemmProblem(2048, 1536, 7168, 1, "float8_e4m3fn", "bfloat16", "k", "k", "sm90a", fast_accum=True)
+    assert waves_choice(fast, GemmConfig(128, 128, cluster_m=2), epilogue=scalar) is None
+    # outside the sweeps' domain: fewer tokens, batches, fp32 out, other layouts
+    assert waves_choice(_linear(384, *KV_A), base) is None
+    assert waves_choice(GemmProblem(4096, *KV_A, 2, "bfloat16", "bfloat16", "k", "k", "sm90a"), base) is None
+    assert waves_choice(GemmProblem(4096, *KV_A, 1, "bfloat16", "float32", "k", "k", "sm90a"), base) is None
+    assert waves_choice(GemmProblem(4096, *KV_A, 1, "bfloat16", "bfloat16", "m", "k", "sm90a"), base) is None
+    # no cluster past the tile grid: 3968 tokens are 31 row tiles, which a 2 x 1 cluster would pad
+    odd = _linear(3968, *KV_A)
+    chosen = waves_choice(odd, base)
+    assert chosen is not None and chosen.cluster_m == 1, chosen
+
+
+def test_a_waves_sweep_times_the_pick_the_waves_width_replaced():
+    """Without a table the waves sweep's cell holds the models' pick and the pick without the
+    waves width (rank_configs(..., waves=False)), so a sweep can measure and undo the choice."""
+    from cutedsl_backend.configs import default_config, rank_configs
+
+    cands = sp.wave_candidates(None, *KV_A, 4096)
+    problem = _linear(4096, *KV_A)
+    pick, unwaved = default_config(problem).tiling(), rank_configs(problem, waves=False)[0].tiling()
+    assert pick != unwaved and pick in cands and unwaved in cands
+
+
+def test_a_tables_entry_ranks_ahead_of_the_waves_width(tmp_path, monkeypatch):
+    from cutedsl_backend.configs import default_config, rank_configs
+    from cutedsl_backend.configs.measured import MEASURED
+
+    problem = _linear(4096, *KV_A)
+    named = GemmConfig(128, 192, cluster_m=2)
+    (tmp_path / "t.json").write_text(json.dumps(table(MeasuredEntry(*KV_A, 4096, named, 0.1, 0.1, 0.1)).to_json()))
+    monkeypatch.setattr(MEASURED, "directory", tmp_path)
+    monkeypatch.setattr(MEASURED, "_tables", None)
+    default_config.cache_clear()
+    try:
+        assert rank_configs(problem, gpu=GPU)[0] == named
+        assert rank_configs(problem, gpu="NVIDIA Other")[0].tile_n == 144
+    finally:
+        default_config.cache_clear()
