@@ -10,7 +10,8 @@ candidates cheaply. The kernel classes read a :class:`GemmConfig`; nothing else 
   sm90.py       the Hopper family          sm100.py   the Blackwell family
   families.py   the registry (a new architecture: its module plus one line there)
   rules.py      check_config: shared rules, the family's, shared memory
-  ranking.py    heuristic, wide tile, decode, mid-size and swap-AB cost models, default_config
+  heuristic.py  the roofline score, its cluster tie-break, the widths that fill the waves
+  ranking.py    wide tile, decode, mid-size and swap-AB cost models, the order of choices, default_config
   tuning.py     measured overrides as typed data with their reasons
   measured.py   per-GPU measured config tables for known projections (data in tables/)
 """
