@@ -73,3 +73,47 @@ def test_odd_widths_fp8(kind, cfg, fast):
 
 def test_odd_width_k_slices_are_bitwise_deterministic():
     check_bitwise_deterministic(GemmConfig(128, 144, splits=3), 256, 576, 7168, SEED)
+
+
+SCALES = pytest.mark.epilogue("scales")
+
+
+@pytest.mark.parametrize("m, n, k, dtype", [(1000, 4592, 1032, "bfloat16"), (3000, 2304, 2056, "bfloat16"),
+                                            pytest.param(2000, 576, 1032, "float8_e4m3fn", marks=SCALES),
+                                            pytest.param(1000, 4592, 2056, "float8_e4m3fn", marks=SCALES)])
+def test_the_dispatcher_runs_the_models_waves_width_and_is_right(m, n, k, dtype):
+    """configs.heuristic.waves_choice as the eager dispatcher runs it, on projections no measured
+    table covers (tails in M and N, so the edge-moved last tiles too): the kernel that ran is the
+    models' wave-filling width, and its result is right against float64 on a NaN-poisoned output."""
+    import cutedsl_backend as cb
+    from cutedsl_backend.configs import default_config
+    from cutedsl_backend.configs.heuristic import WAVE_WIDTHS
+    from cutedsl_backend.epilogue import EpilogueSpec
+    from cutedsl_backend.plan import PLANS
+    from cutedsl_backend.problem import GemmProblem
+    from cutedsl_backend.validation.tolerances import compare, compare_fp8
+
+    fp8 = dtype == "float8_e4m3fn"
+    spec = EpilogueSpec(scale_a="scalar", scale_b="scalar") if fp8 else None
+    problem = GemmProblem(m, n, k, 1, dtype, "bfloat16", "k", "k", "sm90a")
+    expected = default_config(problem, epilogue=spec, gpu=torch.cuda.get_device_name())
+    if expected.tile_n not in WAVE_WIDTHS:
+        pytest.skip(f"not run: {torch.cuda.get_device_name()} dispatches {expected.name} here (a measured table)")
+    g = torch.Generator(device="cuda").manual_seed(SEED + m)
+    a = torch.randn(m, k, device="cuda", generator=g)
+    w = torch.randn(n, k, device="cuda", generator=g)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    PLANS.clear()
+    if fp8:
+        a8, w8 = (a * 2).to(torch.float8_e4m3fn), (w * 2).to(torch.float8_e4m3fn)
+        sa, sb = (torch.rand((), device="cuda", generator=g) + 0.5 for _ in range(2))
+        cb.scaled_mm(a8, w8.t(), sa, sb, out=out)
+        check = compare_fp8(out, (a8.double() @ w8.double().t()) * sa.double() * sb.double(), "bfloat16", k)
+    else:
+        a16, w16 = a.bfloat16(), w.bfloat16()
+        cb.gemm(a16, w16.t(), out=out)
+        check = compare(out, a16.double() @ w16.double().t(), "bfloat16", k)
+    ran = PLANS.newest().kernel.config
+    assert (ran.tile_m, ran.tile_n, ran.cluster_m, ran.cluster_n, ran.schedule) == (
+        expected.tile_m, expected.tile_n, expected.cluster_m, expected.cluster_n, expected.schedule), ran.name
+    assert check["ok"], check
