@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..problem import GemmProblem, dtype_bits, operand_class
+from ..problem import GemmProblem, dtype_bits
 from .config import GemmConfig, natural_tile_k
+from .measured import stands_for, swept_operands
 from .resources import ctas_per_mma, launch_tiles, promoted_acc_copies
 from .rules import fits
 
@@ -100,17 +101,9 @@ def waves_choice(problem: GemmProblem, pick: GemmConfig, num_sms: int = 132,
     if (problem.arch != "sm90a" or problem.m < WAVES_MIN_M or pick.tile_m != 128 or pick.schedule != "cooperative"
             or pick.swap_ab or pick.splits > 1 or pick.stream_k):
         return None
-    # the sweeps' domain (configs.measured.MeasuredTable.covers): nn.Linear's layout, one batch,
-    # bf16/fp16 out for 16-bit operands, bf16 out for e4m3 with every k-tile added in fp32
-    operands = operand_class(problem)
-    out_dtype = problem.dtype if operands == "16bit" else "bfloat16"
-    if (operands not in ("16bit", "fp8_precise") or problem.batch != 1 or problem.b_dtype is not None
-            or (problem.a_major, problem.b_major, problem.c_major) != ("k", "k", "n")
-            or problem.out_dtype != out_dtype):
-        return None
-    if epilogue is not None and (epilogue.bias or epilogue.residual or epilogue.activation
-                                 or getattr(epilogue, "gated", None)
-                                 or {epilogue.scale_a, epilogue.scale_b} - {None, "scalar"}):
+    # the waves sweeps' domain (as the tables'), and bare GEMMs only: they timed no bias or activation
+    if swept_operands(problem) is None or not stands_for(epilogue) or (
+            epilogue is not None and (epilogue.bias or epilogue.activation)):
         return None
     tiles = [GemmConfig(128, w, cluster_m=cm, cluster_n=cn) for w in WAVE_WIDTHS for cm, cn in ((1, 1), (2, 1), (1, 2))]
     # no cluster past the grid: the H200's padded picks at 640 tokens (heuristic_score's note)

@@ -55,6 +55,28 @@ SWEEP_OPERANDS = {"bfloat16": "16bit", "fp8_tensorwise": "fp8_precise", "fp8_ten
 BORROWED_TABLES: Mapping[str, tuple] = MappingProxyType({"NVIDIA H200": ("NVIDIA H100 80GB HBM3",)})
 
 
+def swept_operands(problem: GemmProblem) -> Optional[str]:
+    """The operand class (``16bit`` or ``fp8_precise``) a tuning sweep measures ``problem`` in, or
+    None outside the sweeps' domain: nn.Linear's layout (A and B K-major, the output row-major), one
+    batch, bf16/fp16 out for 16-bit operands and bf16 out for e4m3 with every k-tile added in fp32."""
+    operands = operand_class(problem)
+    out_dtype = problem.dtype if operands == "16bit" else "bfloat16"
+    if (operands not in ("16bit", "fp8_precise") or problem.batch != 1 or problem.b_dtype is not None
+            or (problem.a_major, problem.b_major, problem.c_major) != ("k", "k", "n")
+            or problem.out_dtype != out_dtype):
+        return None
+    return operands
+
+
+def stands_for(epilogue) -> bool:
+    """Whether a sweep's measurement (bare GEMMs, scalar scales for fp8) stands for a call with
+    ``epilogue``: none, a bias and an activation (a few percent on every config alike) or scalar
+    scales; never a residual (its loads change which schedule wins: configs.tuning), a gated
+    epilogue (its tiles pair columns; measured separately) or fp8 scales other than scalars."""
+    return epilogue is None or not (getattr(epilogue, "gated", None) or epilogue.residual
+                                    or {epilogue.scale_a, epilogue.scale_b} - {None, "scalar"})
+
+
 @dataclass(frozen=True)
 class MeasuredEntry:
     """The config serving (n, k) up to m tokens: the fastest measured there, or the models' pick
@@ -123,22 +145,14 @@ class MeasuredTable:
 
     def covers(self, problem: GemmProblem) -> bool:
         """Whether ``problem`` is of the class and layout the table was measured on."""
-        out_dtype = problem.dtype if self.operands == "16bit" else "bfloat16"
-        return (problem.arch == self.arch and operand_class(problem) == self.operands and problem.batch == 1
-                and problem.a_major == "k" and problem.b_major == "k" and problem.c_major == "n"
-                and problem.out_dtype == out_dtype and problem.b_dtype is None)
+        return problem.arch == self.arch and swept_operands(problem) == self.operands
 
     def entry(self, problem: GemmProblem, epilogue=None) -> Optional[MeasuredEntry]:
         """The entry serving ``problem`` (see the module doc): the measurement at the smallest
         measured M at or above the problem's, within :data:`MAX_M_RATIO`, if its config takes
-        this problem and epilogue; else None. The sweeps ran bare GEMMs (scalar scales for fp8): a
-        bias and an activation are served too (a few percent on every config alike);
-        never a residual (its loads change which schedule wins: configs.tuning), a gated
-        epilogue (its tiles pair columns; measured separately) or fp8 scales other than scalars."""
-        if epilogue is not None and (getattr(epilogue, "gated", None) or epilogue.residual
-                                     or {epilogue.scale_a, epilogue.scale_b} - {None, "scalar"}):
-            return None
-        if problem.m <= 0 or not self.covers(problem):
+        this problem and epilogue; else None. Only an epilogue the sweeps' measurement stands for
+        (:func:`stands_for`: a bias, an activation or scalar scales)."""
+        if not stands_for(epilogue) or problem.m <= 0 or not self.covers(problem):
             return None
         bound = min((e for e in self._by_nk.get((problem.n, problem.k), ()) if e.m >= problem.m),
                     key=lambda e: e.m, default=None)

@@ -65,16 +65,17 @@ def picks(tag: str = "standard", dtypes=None, gpu: Optional[str] = None, ms: Opt
                        for d in dict.fromkeys(c["dtype"] for c in cells)}}
     if against is None:
         return out
-    stored = {(r["dtype"], r["m"], r["n"], r["k"]): r for r in stored_cells(against)}
-    out["against"] = {"device": _perf(against).get("device"), "cells": len(stored),
-                      "rows_unreadable": len(_perf(against).get("results", [])) - len(stored_cells(against))}
+    perf, readable = _perf(against), stored_cells(against)
+    stored = {(r["dtype"], r["m"], r["n"], r["k"]): r for r in readable}
+    out["against"] = {"device": perf.get("device"), "cells": len(stored),
+                      "rows_unreadable": len(perf.get("results", [])) - len(readable)}
     compared, slow_unchanged = Counter(), []
     for c in cells:
         then = stored.get((c["dtype"], c["m"], c["n"], c["k"]))
         if then is None:
             continue
         changed = _tiling(c["config"]) != _tiling(then["config"])
-        slow = then["ratio"] < _perf(against).get("gate_min_ratio", MIN_CELL_RATIO)
+        slow = then["ratio"] < perf.get("gate_min_ratio", MIN_CELL_RATIO)
         c.update(then_config=then["config"], then_ratio=then["ratio"], changed=changed)
         compared[(c["dtype"], band(c["m"]), "changed" if changed else "same", "slow" if slow else "ok")] += 1
         if slow and not changed:
